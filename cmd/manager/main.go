@@ -4,9 +4,12 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 
@@ -14,6 +17,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -32,6 +36,17 @@ func init() {
 }
 
 func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "Manager failed")
+		os.Exit(1)
+	}
+}
+
+// run parses the flags, wires the selected controllers into a manager and
+// runs it until ctx ends.
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	config.RegisterFlags(fs)
 	var (
 		metricsAddr    string
 		metricsSecure  bool
@@ -41,31 +56,31 @@ func main() {
 		enableHTTP2    bool
 		controllerList string
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
-		"Address the metrics endpoint binds to, e.g. :8443 (use --metrics-secure) or :8080; 0 disables it.")
-	flag.BoolVar(&metricsSecure, "metrics-secure", false,
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
+		"Address the metrics endpoint binds to, e.g. :8443 (with --metrics-secure) or :8080; 0 disables it.")
+	fs.BoolVar(&metricsSecure, "metrics-secure", false,
 		"Serve metrics over HTTPS, authenticated and authorized through the API server.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	flag.BoolVar(&leaderElect, "leader-elect", false,
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.BoolVar(&leaderElect, "leader-elect", false,
 		"Elect a leader so that only one replica reconciles; the others wait as hot spares.")
-	flag.StringVar(&leaderElectNS, "leader-election-namespace", "",
+	fs.StringVar(&leaderElectNS, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, or kube-system out of cluster).")
-	flag.BoolVar(&enableHTTP2, "enable-http2", false,
+	fs.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 (off by default against the HTTP/2 Rapid Reset attacks).")
-	flag.StringVar(&controllerList, "controllers", "all",
+	fs.StringVar(&controllerList, "controllers", "all",
 		"Comma-separated controllers to run, or 'all'. Known: "+strings.Join(controllerNames(), ", ")+".")
 	opts := zap.Options{Development: true}
-	opts.BindFlags(flag.CommandLine)
-	flag.Parse()
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
 	selected, err := selectControllers(controllerList)
 	if err != nil {
-		log.Error(err, "Invalid --controllers")
-		os.Exit(2)
+		return err
 	}
-
 	metricsOpts := metricsserver.Options{BindAddress: metricsAddr, SecureServing: metricsSecure}
 	if metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -78,8 +93,11 @@ func main() {
 			leaderElectNS = "kube-system"
 		}
 	}
-
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
@@ -89,30 +107,29 @@ func main() {
 		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		log.Error(err, "Unable to create manager")
-		os.Exit(1)
+		return fmt.Errorf("creating the manager: %w", err)
 	}
 	for _, c := range selected {
 		if err := c.setup(mgr); err != nil {
-			log.Error(err, "Unable to set up controller", "controller", c.name)
-			os.Exit(1)
+			return fmt.Errorf("setting up controller %s: %w", c.name, err)
 		}
 		log.Info("Set up controller", "controller", c.name)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		log.Error(err, "Unable to set up health check")
-		os.Exit(1)
+		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		log.Error(err, "Unable to set up ready check")
-		os.Exit(1)
+	// Ready once the caches have synced: a replica that cannot see the
+	// cluster yet must not receive traffic (webhooks) or count as up.
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-
 	log.Info("Starting manager", "controllers", names(selected), "leaderElection", leaderElect)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "Manager exited with an error")
-		os.Exit(1)
-	}
+	return mgr.Start(ctx)
 }
 
 // selectControllers resolves the --controllers flag against the known list.

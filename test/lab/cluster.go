@@ -1,0 +1,164 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/template"
+
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+//go:embed stages/*.yaml
+var stages embed.FS
+
+var kwokctlConfig = template.Must(template.New("kwokctl").Parse(`kind: KwokctlConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  runtime: binary
+  # Every component listens on loopback only.
+  bindAddress: 127.0.0.1
+  kubeVersion: {{ .Version }}
+  kubeApiserverBinary: {{ .K8sDir }}/kube-apiserver
+  kubeControllerManagerBinary: {{ .K8sDir }}/kube-controller-manager
+  kubeSchedulerBinary: {{ .K8sDir }}/kube-scheduler
+  kubectlBinary: {{ .K8sDir }}/kubectl
+  etcdBinary: {{ .K8sDir }}/etcd
+  kwokControllerBinary: {{ .K8sDir }}/kwok
+  # RBAC and admission as in a production cluster, so least privilege and
+  # admission policies are tested for real.
+  kubeAuthorization: true
+  kubeAdmission: true
+{{- if .SANs }}
+  # Node agents reach the API server through the bridge address.
+  kubeApiserverCertSANs:
+{{- range .SANs }}
+  - {{ . }}
+{{- end }}
+{{- end }}
+`))
+
+// K8sDir is where `make tools` puts the control-plane binaries.
+func (l *Lab) K8sDir() string { return filepath.Join(l.BinDir, "k8s-"+KubeVersion) }
+
+func (l *Lab) kwokctl(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(l.K8sDir(), "kwokctl"), append([]string{"--name", l.Name}, args...)...)
+	cmd.Env = append(os.Environ(), "KWOK_WORKDIR="+filepath.Join(l.Dir, "kwok"))
+	return cmd
+}
+
+func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
+	for _, bin := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl"} {
+		if _, err := os.Stat(filepath.Join(l.K8sDir(), bin)); err != nil {
+			return fmt.Errorf("lab: %s is missing in %s: run `make tools` first", bin, l.K8sDir())
+		}
+	}
+	var cfg bytes.Buffer
+	data := struct {
+		Version, K8sDir string
+		SANs            []string
+	}{Version: KubeVersion, K8sDir: l.K8sDir()}
+	if gateway.IsValid() {
+		data.SANs = []string{gateway.String()}
+	}
+	if err := kwokctlConfig.Execute(&cfg, data); err != nil {
+		return err
+	}
+	files, err := stages.ReadDir("stages")
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		stage, err := stages.ReadFile("stages/" + f.Name())
+		if err != nil {
+			return err
+		}
+		cfg.WriteString("---\n")
+		cfg.Write(stage)
+	}
+	cfgPath := filepath.Join(l.Dir, "kwokctl.yaml")
+	if err := os.WriteFile(cfgPath, cfg.Bytes(), 0o644); err != nil {
+		return err
+	}
+	l.Kubeconfig = filepath.Join(l.Dir, "kubeconfig")
+	cmd := l.kwokctl(ctx, "create", "cluster", "--config", cfgPath, "--kubeconfig", l.Kubeconfig, "--wait", "3m")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kwokctl create cluster: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func (l *Lab) deleteCluster(ctx context.Context) error {
+	if _, err := os.Stat(filepath.Join(l.Dir, "kwok", "clusters", l.Name)); err != nil {
+		return nil // never created, or already gone
+	}
+	out, err := l.kwokctl(ctx, "delete", "cluster", "--kubeconfig", filepath.Join(l.Dir, "kubeconfig")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kwokctl delete cluster: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// apiServerAddr is host:port of the API server, read from the kubeconfig.
+func (l *Lab) apiServerAddr() (string, error) {
+	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	cluster, ok := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
+	if !ok {
+		return "", fmt.Errorf("%s: no cluster in the current context", l.Kubeconfig)
+	}
+	u, err := url.Parse(cluster.Server)
+	if err != nil {
+		return "", err
+	}
+	return u.Host, nil
+}
+
+// writeAgentKubeconfig writes a copy of the admin kubeconfig that reaches
+// the API server at addr (the forwarder on the bridge).
+func (l *Lab) writeAgentKubeconfig(addr string) error {
+	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = "https://" + addr
+	}
+	l.AgentKubeconfig = filepath.Join(l.Dir, "agent-kubeconfig")
+	return clientcmd.WriteToFile(*cfg, l.AgentKubeconfig)
+}
+
+// ApplyCRDs installs the CustomResourceDefinitions found in dir and waits
+// until the API server serves them.
+func (l *Lab) ApplyCRDs(ctx context.Context, dir string) error {
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return err
+	}
+	crds, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true})
+	if err != nil {
+		return fmt.Errorf("installing CRDs from %s: %w", dir, err)
+	}
+	names := make([]string, 0, len(crds))
+	for _, c := range crds {
+		names = append(names, c.Name)
+	}
+	l.log("Installed CRDs: %s", strings.Join(names, ", "))
+	return nil
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}

@@ -1,0 +1,131 @@
+// Command lab brings kubext's lab up and down (`make lab-up`, `make
+// lab-down`) and runs the lab's API forwarder.
+//
+//	lab up [--nodes N] [--name NAME] [--network=auto|true|false] [--crds DIR]
+//	lab down [--name NAME]
+//	lab forward --listen ADDR --target ADDR [--device BRIDGE]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/lab/labnet"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(ctx, os.Args[2:])
+	case "down":
+		err = down(ctx, os.Args[2:])
+	case "forward":
+		err = forward(ctx, os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward [flags]")
+	os.Exit(2)
+}
+
+func logf(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+
+func up(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	name := fs.String("name", "kubext", "lab name")
+	nodes := fs.Int("nodes", 3, "number of simulated nodes")
+	network := fs.String("network", "auto", "build the network namespaces: true, false, or auto (when root)")
+	subnet := fs.String("subnet", "198.51.100.0/24", "documentation /24 of the lab bridge")
+	crds := fs.String("crds", "", "directory of CRDs to install")
+	_ = fs.Parse(args)
+	prefix, err := netip.ParsePrefix(*subnet)
+	if err != nil {
+		return err
+	}
+	opts := lab.Options{Name: *name, Nodes: *nodes, Subnet: prefix, Log: logf}
+	switch *network {
+	case "auto":
+		opts.Network = os.Geteuid() == 0
+		if !opts.Network {
+			logf("Not root: the lab runs without its network namespaces")
+		}
+	case "true":
+		opts.Network = true
+	}
+	if *crds != "" {
+		opts.CRDDirs = []string{*crds}
+	}
+	l, err := lab.Up(ctx, opts)
+	if err != nil {
+		return err
+	}
+	logf("Lab %q is up", l.Name)
+	fmt.Printf("\nexport KUBECONFIG=%s\n", l.Kubeconfig)
+	if l.Net != nil {
+		fmt.Printf("\nnode namespaces: ")
+		for _, n := range l.Nodes {
+			fmt.Printf("%s (%s %s)  ", n, l.Net.NodeNamespace(n), l.Net.NodeAddr(n))
+		}
+		fmt.Printf("\nclient namespace: %s (%s)\nagents use: %s\n", l.Net.ClientNamespace(), l.Net.ClientAddr(), l.AgentKubeconfig)
+	}
+	return nil
+}
+
+func down(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("down", flag.ExitOnError)
+	name := fs.String("name", "kubext", "lab name")
+	_ = fs.Parse(args)
+	root, err := lab.RepoRoot()
+	if err != nil {
+		return err
+	}
+	l, err := lab.Load(filepath.Join(root, ".lab", *name))
+	if os.IsNotExist(err) {
+		logf("No lab %q is up", *name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	l.SetLog(logf)
+	if err := l.Down(ctx); err != nil {
+		return err
+	}
+	logf("Lab %q removed", *name)
+	return nil
+}
+
+func forward(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("forward", flag.ExitOnError)
+	listen := fs.String("listen", "", "address to listen on (the bridge address)")
+	target := fs.String("target", "", "address to forward to (the API server on loopback)")
+	device := fs.String("device", "", "accept connections only from this interface")
+	_ = fs.Parse(args)
+	f, err := labnet.Forward(*listen, *target, *device)
+	if err != nil {
+		return err
+	}
+	logf("Forwarding %s to %s", f.Addr(), *target)
+	<-ctx.Done()
+	return f.Close()
+}

@@ -1,0 +1,187 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+const (
+	// notReadyLabel makes kwok's node-not-ready stage take a node down.
+	notReadyLabel = "node-not-ready.stage.kwok.x-k8s.io"
+	// notReadyDelay makes the stage act at once instead of after 1–2 s.
+	notReadyDelay = "node-not-ready.stage.kwok.x-k8s.io/delay"
+)
+
+// createNodes registers the simulated nodes and waits until kwok reports
+// them Ready. Each node gets a boot ID, and with the network its namespace
+// address as InternalIP.
+func (l *Lab) createNodes(ctx context.Context) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	for _, name := range l.Nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				"kubernetes.io/hostname": name,
+				"kubernetes.io/os":       "linux",
+				"kubernetes.io/arch":     "amd64",
+				"type":                   "kwok",
+			},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
+		}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating node %s: %w", name, err)
+		}
+		// kwok's node-initialize stage keeps what is set here. Only the
+		// fields named are patched: kwok may already have filled the rest.
+		status := map[string]any{
+			"capacity":    nodeResources(),
+			"allocatable": nodeResources(),
+			"nodeInfo":    map[string]any{"bootID": string(uuid.NewUUID()), "machineID": string(uuid.NewUUID())},
+		}
+		if l.Net != nil {
+			status["addresses"] = []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: l.Net.NodeAddr(name).String()},
+				{Type: corev1.NodeHostName, Address: name},
+			}
+		}
+		if err := l.patchNodeStatus(ctx, name, status); err != nil {
+			return err
+		}
+	}
+	for _, name := range l.Nodes {
+		if err := l.WaitNodeReady(ctx, name, true, 2*time.Minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nodeResources() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("32"),
+		corev1.ResourceMemory: resource.MustParse("256Gi"),
+		corev1.ResourcePods:   resource.MustParse("250"),
+	}
+}
+
+func (l *Lab) patchNodeStatus(ctx context.Context, name string, status map[string]any) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patching the status of node %s: %w", name, err)
+	}
+	return nil
+}
+
+// NodeReady reports the node's Ready condition.
+func NodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// WaitNodeReady waits until the node's Ready condition is ready (true) or
+// not (false).
+func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeout time.Duration) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling through transient errors
+		}
+		return NodeReady(node) == ready, nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s did not become Ready=%t within %s: %w", name, ready, timeout, err)
+	}
+	return nil
+}
+
+// FailNode makes the node NotReady, as a dead kubelet would (kwok's
+// node-not-ready stage). It does not touch the node's network namespace.
+func (l *Lab) FailNode(ctx context.Context, name string) error {
+	return l.patchNode(ctx, name, map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{notReadyLabel: "true"},
+		"annotations": map[string]any{notReadyDelay: "0"},
+	}})
+}
+
+// RecoverNode undoes FailNode; kwok marks the node Ready again.
+func (l *Lab) RecoverNode(ctx context.Context, name string) error {
+	return l.patchNode(ctx, name, map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{notReadyLabel: nil},
+		"annotations": map[string]any{notReadyDelay: nil},
+	}})
+}
+
+// BootID is the node's current boot ID.
+func (l *Lab) BootID(ctx context.Context, name string) (string, error) {
+	cs, err := l.Clientset()
+	if err != nil {
+		return "", err
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return node.Status.NodeInfo.BootID, nil
+}
+
+// Reboot simulates a reboot of the node: it goes NotReady, comes back with
+// a new boot ID, and turns Ready again.
+func (l *Lab) Reboot(ctx context.Context, name string) error {
+	if err := l.FailNode(ctx, name); err != nil {
+		return err
+	}
+	if err := l.WaitNodeReady(ctx, name, false, time.Minute); err != nil {
+		return err
+	}
+	bootID := map[string]any{"nodeInfo": map[string]any{"bootID": string(uuid.NewUUID())}}
+	if err := l.patchNodeStatus(ctx, name, bootID); err != nil {
+		return err
+	}
+	if err := l.RecoverNode(ctx, name); err != nil {
+		return err
+	}
+	return l.WaitNodeReady(ctx, name, true, time.Minute)
+}
+
+func (l *Lab) patchNode(ctx context.Context, name string, patch map[string]any) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, data, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patching node %s: %w", name, err)
+	}
+	return nil
+}
