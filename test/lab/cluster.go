@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,8 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"text/template"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -98,12 +102,50 @@ func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
 }
 
 func (l *Lab) deleteCluster(ctx context.Context) error {
-	if _, err := os.Stat(filepath.Join(l.Dir, "kwok", "clusters", l.Name)); err != nil {
+	clusterDir := filepath.Join(l.Dir, "kwok", "clusters", l.Name)
+	if _, err := os.Stat(clusterDir); err != nil {
 		return nil // never created, or already gone
 	}
+	pids := readPIDs(filepath.Join(clusterDir, "pids"))
 	out, err := l.kwokctl(ctx, "delete", "cluster", "--kubeconfig", filepath.Join(l.Dir, "kubeconfig")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kwokctl delete cluster: %w\n%s", err, out)
+	}
+	// kwokctl signals the components and returns; wait until they are gone
+	// so that a lab brought up next does not meet their ports or files.
+	return waitExited(pids, 30*time.Second)
+}
+
+// readPIDs reads the pid files kwokctl keeps for the cluster's components.
+func readPIDs(dir string) []int {
+	files, _ := os.ReadDir(dir)
+	var pids []int
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(dir, f.Name()))
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitExited waits for the processes to exit and kills those that outlive
+// the timeout.
+func waitExited(pids []int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, pid := range pids {
+		for syscall.Kill(pid, 0) == nil {
+			if time.Now().After(deadline) {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+					return fmt.Errorf("killing pid %d: %w", pid, err)
+				}
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 	return nil
 }

@@ -243,6 +243,12 @@ func (l *Lab) RESTConfig() (*rest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	// client-go caches TLS transports by file path; a lab brought up again
+	// at the same path has a new CA, so hand over the contents instead.
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, err
+	}
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = "", "", ""
 	cfg.QPS, cfg.Burst = 200, 400
 	return cfg, nil
 }
