@@ -1,0 +1,30 @@
+// Package v1alpha1 holds the ip.kubext.io/v1alpha1 API: IPPool, the address
+// ranges kubext may hand out, and IP, one fixed address that follows the pods
+// claiming it.
+//
+// +kubebuilder:object:generate=true
+// +groupName=ip.kubext.io
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var (
+	// GroupVersion is the API group and version of the types in this package.
+	GroupVersion = schema.GroupVersion{Group: "ip.kubext.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types in this package with a runtime.Scheme.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
+
+	// AddToScheme adds the types in this package to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &IP{}, &IPList{}, &IPPool{}, &IPPoolList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -1,0 +1,255 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// AnnotationIP is the pod annotation that claims an IP: its value is the
+	// name of the IP object. Several pods may claim the same IP; one holds it.
+	AnnotationIP = "ip.kubext.io/ip"
+
+	// Finalizer keeps an IP until its address is detached from every node and
+	// its reservation released.
+	Finalizer = "ip.kubext.io/finalizer"
+
+	// LabelPool is set on the networking.k8s.io/v1 IPAddress objects that
+	// reserve addresses for IPs; its value is the name of the IPPool.
+	LabelPool = "ip.kubext.io/pool"
+
+	// ManagedBy is the value of app.kubernetes.io/managed-by, and of
+	// IPAddress's own ipaddress.kubernetes.io/managed-by label, on the objects
+	// kubext creates. The kube-apiserver's Service IP repair loop only garbage
+	// collects IPAddress objects managed by its own allocator, so it leaves
+	// these alone.
+	ManagedBy = "ip.kubext.io"
+)
+
+// Condition types shared by IP and IPPool.
+const (
+	// ConditionReady summarises an object. An IP is Ready when it is both
+	// Allocated and Attached; when it is not, Ready repeats the reason and
+	// message of the first of those that is not True. An IPPool is Ready when
+	// it can hand out addresses.
+	ConditionReady = "Ready"
+
+	// ConditionAllocated is True when an address is reserved for the IP in the
+	// API server, so that no other IP can hold it.
+	ConditionAllocated = "Allocated"
+
+	// ConditionAttached is True when the agent on the node that should hold
+	// the address has confirmed it answers for it.
+	ConditionAttached = "Attached"
+)
+
+// Reasons of the Allocated condition of an IP.
+const (
+	// ReasonAddressAllocated: the address in status.address is reserved for
+	// this IP.
+	ReasonAddressAllocated = "AddressAllocated"
+
+	// ReasonAddressInUse: the address in spec.address is already reserved by
+	// another IP (or by a Service ClusterIP); the message names the holder.
+	ReasonAddressInUse = "AddressInUse"
+
+	// ReasonPoolExhausted: spec.address is empty and the pool has no
+	// unreserved address left.
+	ReasonPoolExhausted = "PoolExhausted"
+
+	// ReasonPoolNotFound: the IPPool named by spec.pool does not exist, or no
+	// IPPool contains spec.address.
+	ReasonPoolNotFound = "PoolNotFound"
+
+	// ReasonAddressOutsidePool: spec.address is not an address that
+	// spec.pool hands out (outside its addresses, or a network or broadcast
+	// address).
+	ReasonAddressOutsidePool = "AddressOutsidePool"
+)
+
+// Reasons of the Attached condition of an IP.
+const (
+	// ReasonAgentConfirmed: the agent on status.node has programmed the
+	// address and reported it in status.attachedNode.
+	ReasonAgentConfirmed = "AgentConfirmed"
+
+	// ReasonWaitingForAgent: a holder is chosen; the agent on its node has not
+	// confirmed yet.
+	ReasonWaitingForAgent = "WaitingForAgent"
+
+	// ReasonDetaching: the address is being removed from a node (the IP is
+	// being deleted or reassigned, or its holder moved) and that node's agent
+	// has not confirmed yet.
+	ReasonDetaching = "Detaching"
+
+	// ReasonNoClaimant: no pod carries the ip.kubext.io/ip annotation naming
+	// this IP.
+	ReasonNoClaimant = "NoClaimant"
+
+	// ReasonNoEligibleNode: pods claim the IP, but none is Ready on a healthy
+	// node that the pool's nodeSelector allows.
+	ReasonNoEligibleNode = "NoEligibleNode"
+
+	// ReasonNodeLost: the node holding the address stopped renewing its
+	// heartbeat and no standby could take over.
+	ReasonNodeLost = "NodeLost"
+)
+
+// ReasonReady is the reason of a Ready condition that is True, on an IP or an
+// IPPool.
+const ReasonReady = "Ready"
+
+// IPSpec is what the user asks for: a fixed address, or a pool to allocate one
+// from.
+type IPSpec struct {
+	// address is the fixed address, in canonical form (IPv4 like 192.0.2.10,
+	// IPv6 like 2001:db8::10). Leave it empty to have one allocated from
+	// spec.pool; status.address then shows it, and writing that address here
+	// pins it. An address may be named here even when the pool reserves it.
+	// Without spec.pool, the IPPool containing the address is used; an
+	// address in no pool is refused with the Allocated condition
+	// (reason PoolNotFound). Once an address is assigned it cannot change
+	// unless spec.reassign is true.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip.isCanonical(self)",message="spec.address must be a canonical IPv4 or IPv6 address, e.g. 192.0.2.10 or 2001:db8::10"
+	Address string `json:"address,omitempty"`
+
+	// pool is the name of the IPPool that allocates the address (when
+	// spec.address is empty), decides which nodes may hold it and how it is
+	// attached. It cannot change once set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Pool string `json:"pool,omitempty"`
+
+	// reassign allows spec.address to change after an address has been
+	// assigned. When false (the default) the address is fixed for the life
+	// of the IP, which is what an address on a partner's allow-list needs:
+	// once status.assigned is true the API server refuses any change to
+	// spec.address, except writing the allocated address into an empty
+	// spec.address to pin it. When true (it may be set in the same edit as
+	// the new address), editing spec.address moves the IP: the operator
+	// detaches the old address from its node (status.original keeps the
+	// spec it was assigned under until the detach is confirmed), releases
+	// it, then reserves and attaches the new one. Pods keep their claim
+	// throughout; traffic to the old address stops.
+	// +optional
+	Reassign bool `json:"reassign,omitempty"`
+}
+
+// IPStatus is what the operator and the node agents observe.
+type IPStatus struct {
+	// address is the address reserved for this IP: the one to put on
+	// allow-lists. During a reassign it stays the old address until that is
+	// detached.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address,omitempty"`
+
+	// pool is the IPPool the address belongs to: spec.pool, or the pool
+	// found to contain spec.address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Pool string `json:"pool,omitempty"`
+
+	// assigned is true while an address is reserved for this IP.
+	// +optional
+	Assigned bool `json:"assigned,omitempty"`
+
+	// claimed is true while at least one pod claims this IP with the
+	// ip.kubext.io/ip annotation.
+	// +optional
+	Claimed bool `json:"claimed,omitempty"`
+
+	// node is the node that should hold the address now: the node of the
+	// holder pod. Node agents select their IPs by this field.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+
+	// pod is the holder, as namespace/name: the claiming pod the address is
+	// attached for.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	Pod string `json:"pod,omitempty"`
+
+	// standbys are the other Ready claimants, as namespace/name, in the order
+	// they would take over (oldest first). At most 64 are listed.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=317
+	Standbys []string `json:"standbys,omitempty"`
+
+	// original is the spec under which the current address was assigned.
+	// On a reassign it keeps the old address until its detach is confirmed.
+	// +optional
+	Original *IPSpec `json:"original,omitempty"`
+
+	// attachedNode is the node whose agent has confirmed it answers for the
+	// address. It differs from node while the address moves; it is written
+	// by the node agent, and node agents also select IPs by it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	AttachedNode string `json:"attachedNode,omitempty"`
+
+	// lastMoveTime is when the address last moved to another node.
+	// +optional
+	LastMoveTime *metav1.Time `json:"lastMoveTime,omitempty"`
+
+	// observedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are Allocated (an address is reserved), Attached (the
+	// holder's node answers for it) and Ready (both).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IP is one fixed address that follows the pods claiming it. Pods claim it
+// with the annotation ip.kubext.io/ip: <name>; the address is attached to the
+// node of one Ready claimant (the holder) and detached from every other node,
+// and the other Ready claimants are standbys that take over at once. Note that
+// "kubectl get ip" lists the built-in IPAddress objects (short name "ip");
+// use "kubectl get ips" or the short name "kip".
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=ips,scope=Cluster,shortName=kip
+// +kubebuilder:selectablefield:JSONPath=".status.node"
+// +kubebuilder:selectablefield:JSONPath=".status.attachedNode"
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=".status.address"
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=".status.pod"
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=".status.node"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=".status.pool",priority=1
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].message",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.status) || !has(oldSelf.status.assigned) || !oldSelf.status.assigned || (has(self.spec.reassign) && self.spec.reassign) || (has(self.spec.address) == has(oldSelf.spec.address) && (!has(self.spec.address) || self.spec.address == oldSelf.spec.address)) || (!has(oldSelf.spec.address) && has(self.spec.address) && has(oldSelf.status.address) && self.spec.address == oldSelf.status.address)",message="spec.address cannot change while the IP is assigned; set spec.reassign: true to move this IP to a new address",fieldPath=".spec.address"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.pool) || (has(self.spec.pool) && self.spec.pool == oldSelf.spec.pool)",message="spec.pool cannot change once set; create a new IP to use another pool",fieldPath=".spec.pool"
+type IP struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec names the address, or the pool to allocate it from.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="has(self.address) || has(self.pool)",message="set spec.address, spec.pool or both"
+	Spec IPSpec `json:"spec"`
+
+	// status is written by the operator and the node agents.
+	// +optional
+	Status IPStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// IPList is a list of IPs.
+type IPList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IP `json:"items"`
+}

@@ -1,0 +1,187 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Provider says how a pool's addresses are attached to nodes.
+// +kubebuilder:validation:Enum=l2;aws
+type Provider string
+
+const (
+	// ProviderL2 attaches addresses on the node itself: the node agent adds
+	// the address to a network interface and announces it with gratuitous
+	// ARP (IPv4) or unsolicited neighbour advertisements (IPv6). For bare
+	// metal and any network where nodes share a layer-2 segment.
+	ProviderL2 Provider = "l2"
+
+	// ProviderAWS attaches addresses as secondary private IPs of the node's
+	// EC2 network interface, moved with AllowReassignment.
+	ProviderAWS Provider = "aws"
+)
+
+// Reasons of the Ready condition of an IPPool, besides ReasonReady.
+const (
+	// ReasonInvalidSpec: the pool's addresses or reserved list cannot be
+	// used as written; the message says which entry and why.
+	ReasonInvalidSpec = "InvalidSpec"
+
+	// ReasonPoolOverlap: the pool's addresses overlap another IPPool's, so an
+	// IP without spec.pool could not tell which pool it belongs to. The
+	// message names the other pool.
+	ReasonPoolOverlap = "PoolOverlap"
+)
+
+// IPPoolSpec describes the addresses a pool hands out and how they reach the
+// nodes.
+// +kubebuilder:validation:XValidation:rule="self.provider == 'l2' || !has(self.l2)",message="spec.l2 is only allowed when spec.provider is l2"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'aws' || !has(self.aws)",message="spec.aws is only allowed when spec.provider is aws"
+type IPPoolSpec struct {
+	// addresses are the ranges the pool hands out, as CIDRs (IPv4 or IPv6,
+	// e.g. 192.0.2.0/24 or 2001:db8::/120; a single address is /32 or /128).
+	// In IPv4 ranges shorter than /31 the first (network) and last
+	// (broadcast) addresses are never handed out; in IPv6 ranges shorter
+	// than /127 the first (subnet-router anycast) address is never handed
+	// out. Ranges must not overlap each other or another pool's. Addresses
+	// may be added at any time; removing a range that IPs still hold leaves
+	// those IPs without a pool (reason AddressOutsidePool).
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="each entry of spec.addresses must be a CIDR, e.g. 192.0.2.0/24 or 2001:db8::/120"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="each entry of spec.addresses must have no bits set after the prefix length, e.g. 192.0.2.0/24 rather than 192.0.2.1/24"
+	// +kubebuilder:validation:XValidation:rule="self.all(a, !isCIDR(a) || self.filter(b, isCIDR(b) && (cidr(a).containsCIDR(b) || cidr(b).containsCIDR(a))).size() == 1)",message="entries of spec.addresses must not overlap each other"
+	Addresses []string `json:"addresses"`
+
+	// reserved are addresses (192.0.2.1) or CIDRs (192.0.2.0/28) of this pool
+	// that are never allocated automatically, e.g. a gateway or addresses
+	// handed out by other means. An IP may still name a reserved address in
+	// its spec.address: reserved means "only by explicit request". Entries
+	// outside spec.addresses have no effect.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self) || isCIDR(self)",message="each entry of spec.reserved must be an IP address or a CIDR, e.g. 192.0.2.1 or 192.0.2.0/28"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="each CIDR in spec.reserved must have no bits set after the prefix length, e.g. 192.0.2.0/28 rather than 192.0.2.1/28"
+	Reserved []string `json:"reserved,omitempty"`
+
+	// nodeSelector selects the nodes that may hold this pool's addresses, by
+	// node label. Pods claiming an IP on any other node are not eligible to
+	// hold it. Empty or unset selects every node.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// provider says how addresses are attached to nodes: "l2" (the default)
+	// puts the address on a node interface and announces it with gratuitous
+	// ARP / unsolicited neighbour advertisement, for bare metal and lab
+	// networks; "aws" assigns it as a secondary private IP of the node's EC2
+	// network interface. It cannot change; create a new pool instead.
+	// +optional
+	// +kubebuilder:default=l2
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider cannot change; create a new IPPool to attach addresses another way"
+	Provider Provider `json:"provider,omitempty"`
+
+	// l2 holds settings of the l2 provider.
+	// +optional
+	L2 *L2Provider `json:"l2,omitempty"`
+
+	// aws holds settings of the aws provider.
+	// +optional
+	AWS *AWSProvider `json:"aws,omitempty"`
+}
+
+// L2Provider holds settings of the l2 provider.
+type L2Provider struct {
+	// interface is the name of the node network interface the address is
+	// added to, e.g. eth0 or bond0.100. By default, the interface that holds
+	// the node's route to the address.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^/:\\\\s\\\\v]+$') && self != '.' && self != '..'",message="spec.l2.interface must be a Linux interface name: 1 to 15 characters, no '/', ':' or whitespace, not '.' or '..'"
+	Interface string `json:"interface,omitempty"`
+}
+
+// AWSProvider holds settings of the aws provider.
+type AWSProvider struct {
+	// publicIPv4Pool is the ID of the BYOIP public IPv4 pool
+	// (ipv4pool-ec2-...) this IPPool's addresses belong to. When set, the
+	// addresses are public: each is allocated as an Elastic IP from that pool
+	// and associated with a secondary private IP of the holder node's network
+	// interface. When unset, the addresses are private addresses of the
+	// nodes' subnet, assigned directly as secondary private IPs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^ipv4pool-ec2-[0-9a-f]+$`
+	PublicIPv4Pool string `json:"publicIPv4Pool,omitempty"`
+}
+
+// IPPoolStatus reports the pool's capacity and use.
+type IPPoolStatus struct {
+	// size is the number of addresses the pool can hand out (excluding
+	// network, broadcast and reserved addresses). It saturates at
+	// 9223372036854775807 for very large IPv6 ranges.
+	// +optional
+	Size int64 `json:"size"`
+
+	// allocated is the number of the pool's addresses reserved by IPs,
+	// including reserved addresses that IPs named explicitly.
+	// +optional
+	Allocated int32 `json:"allocated"`
+
+	// available is the number of addresses still free for automatic
+	// allocation: size minus the allocated addresses that are not reserved.
+	// Like size, it saturates.
+	// +optional
+	Available int64 `json:"available"`
+
+	// observedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions has Ready: True when the pool can hand out addresses,
+	// False with reason InvalidSpec or PoolOverlap otherwise.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IPPool is a set of address ranges that IPs are allocated from, the nodes
+// allowed to hold them, and how they are attached to those nodes.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=ippools,scope=Cluster,shortName=ippool
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".spec.provider"
+// +kubebuilder:printcolumn:name="Size",type=integer,JSONPath=".status.size"
+// +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=".status.allocated"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=".status.available",priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].message",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type IPPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec describes the pool.
+	// +required
+	Spec IPPoolSpec `json:"spec"`
+
+	// status is written by the operator.
+	// +optional
+	Status IPPoolStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// IPPoolList is a list of IPPools.
+type IPPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPPool `json:"items"`
+}
