@@ -9,6 +9,12 @@ const (
 	// name of the IP object. Several pods may claim the same IP; one holds it.
 	AnnotationIP = "ip.kubext.io/ip"
 
+	// AnnotationMoveTo on an IP asks the operator to move the address to
+	// one of its standbys, given as namespace/name (what `kubectl kubext ip
+	// move` sets). The operator honours it once, if that pod is an eligible
+	// standby, and then removes the annotation; otherwise it reports why in
+	// an Event and removes it too.
+	AnnotationMoveTo = "ip.kubext.io/move-to"
 	// Finalizer keeps an IP until its address is detached from every node and
 	// its reservation released.
 	Finalizer = "ip.kubext.io/finalizer"

@@ -1,0 +1,206 @@
+// Package heartbeat keeps a node agent's Lease renewed and tells the agent
+// when it can no longer be sure it holds it, so the agent can fence itself:
+// undo what it programmed before anyone could give its work to another node.
+//
+// The safety argument: the agent renews every RenewInterval and counts its
+// hold from the moment it *sent* its last successful renewal, which is no
+// later than the moment the controller observed it. The controller declares
+// the agent lost only after observing no renewal for the lease's full
+// duration; the agent fences after FenceAfter, which is shorter than that
+// duration, so it has stopped answering before its work is moved.
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
+)
+
+// LabelComponent marks heartbeat Leases with the agent that renews them, so
+// that a controller can watch only its agents' Leases.
+const LabelComponent = "heartbeat.kubext.io/component"
+
+// LeaseName is the name of the Lease the agent of component renews for node.
+func LeaseName(component, node string) string { return component + "-" + node }
+
+// Config configures a Heartbeat.
+type Config struct {
+	// Client reaches the API server directly (not through a cache).
+	Client coordinationclient.LeasesGetter
+	// Namespace and Component name the Lease: <component>-<node>.
+	Namespace, Component, Node string
+	// Duration is the lease duration written to the Lease (whole seconds,
+	// at least 1 s): how long the controller waits without observing a
+	// renewal before it moves the agent's work elsewhere.
+	Duration time.Duration
+	// RenewInterval is how often the agent renews (default 1 s).
+	RenewInterval time.Duration
+	// FenceAfter is how long after the start of the last successful renewal
+	// the agent gives up its hold (default Duration - RenewInterval, at
+	// least half of Duration). It must be shorter than Duration.
+	FenceAfter time.Duration
+	// OnLost is called once when the hold lapses; OnRegained once when a
+	// renewal succeeds again after that.
+	OnLost, OnRegained func()
+	Log logr.Logger
+	// now is time.Now, replaceable in tests.
+	now func() time.Time
+}
+
+// Heartbeat renews one Lease. It runs until its context ends.
+type Heartbeat struct {
+	cfg Config
+
+	mu        sync.Mutex
+	lastStart time.Time // start of the last successful renewal
+	held      bool
+	lease     *coordinationv1.Lease
+}
+
+// New checks the configuration and fills in defaults.
+func New(cfg Config) (*Heartbeat, error) {
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.Component == "" || cfg.Node == "" {
+		return nil, fmt.Errorf("heartbeat: client, namespace, component and node are required")
+	}
+	if cfg.Duration < time.Second {
+		return nil, fmt.Errorf("heartbeat: lease duration %s is shorter than 1s", cfg.Duration)
+	}
+	if cfg.Duration%time.Second != 0 {
+		return nil, fmt.Errorf("heartbeat: lease duration %s is not a whole number of seconds", cfg.Duration)
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = time.Second
+	}
+	if cfg.FenceAfter == 0 {
+		cfg.FenceAfter = max(cfg.Duration-cfg.RenewInterval, cfg.Duration/2)
+	}
+	if cfg.FenceAfter >= cfg.Duration || cfg.RenewInterval >= cfg.FenceAfter {
+		return nil, fmt.Errorf("heartbeat: need renew interval (%s) < fence after (%s) < lease duration (%s)",
+			cfg.RenewInterval, cfg.FenceAfter, cfg.Duration)
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if cfg.OnLost == nil {
+		cfg.OnLost = func() {}
+	}
+	if cfg.OnRegained == nil {
+		cfg.OnRegained = func() {}
+	}
+	return &Heartbeat{cfg: cfg}, nil
+}
+
+// Held reports whether the agent may act: its last successful renewal
+// started less than FenceAfter ago.
+func (h *Heartbeat) Held() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.held && h.cfg.now().Sub(h.lastStart) < h.cfg.FenceAfter
+}
+
+// NeedLeaderElection is false: every agent renews its own Lease.
+func (h *Heartbeat) NeedLeaderElection() bool { return false }
+
+// Start renews the Lease every RenewInterval until ctx ends, and checks the
+// hold more often than that so that fencing is never late by more than a
+// fraction of the interval.
+func (h *Heartbeat) Start(ctx context.Context) error {
+	renew := time.NewTicker(h.cfg.RenewInterval)
+	defer renew.Stop()
+	check := time.NewTicker(h.cfg.RenewInterval / 4)
+	defer check.Stop()
+	h.renew(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-renew.C:
+			h.renew(ctx)
+		case <-check.C:
+			h.checkLapse()
+		}
+	}
+}
+
+func (h *Heartbeat) checkLapse() {
+	h.mu.Lock()
+	lapsed := h.held && h.cfg.now().Sub(h.lastStart) >= h.cfg.FenceAfter
+	if lapsed {
+		h.held = false
+	}
+	h.mu.Unlock()
+	if lapsed {
+		h.cfg.Log.Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
+		h.cfg.OnLost()
+	}
+}
+
+// renew writes one renewal, bounded by the time left before fencing.
+func (h *Heartbeat) renew(ctx context.Context) {
+	start := h.cfg.now()
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.FenceAfter)
+	defer cancel()
+	if err := h.write(ctx, start); err != nil {
+		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
+		h.checkLapse()
+		return
+	}
+	h.mu.Lock()
+	regained := !h.held
+	h.lastStart, h.held = start, true
+	h.mu.Unlock()
+	if regained {
+		h.cfg.Log.Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
+		h.cfg.OnRegained()
+	}
+}
+
+func (h *Heartbeat) write(ctx context.Context, start time.Time) error {
+	leases := h.cfg.Client.Leases(h.cfg.Namespace)
+	name := LeaseName(h.cfg.Component, h.cfg.Node)
+	if h.lease == nil {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l, err = leases.Create(ctx, h.desired(&coordinationv1.Lease{}, start), metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			h.lease = l
+			return nil
+		case err != nil:
+			return err
+		}
+		h.lease = l
+	}
+	l, err := leases.Update(ctx, h.desired(h.lease.DeepCopy(), start), metav1.UpdateOptions{})
+	if err != nil {
+		h.lease = nil // re-read on the next round (conflict, deleted, ...)
+		return err
+	}
+	h.lease = l
+	return nil
+}
+
+func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time) *coordinationv1.Lease {
+	l.Name, l.Namespace = LeaseName(h.cfg.Component, h.cfg.Node), h.cfg.Namespace
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	l.Labels[LabelComponent] = h.cfg.Component
+	l.Spec.HolderIdentity = ptr.To(h.cfg.Node)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.cfg.Duration / time.Second))
+	l.Spec.RenewTime = &metav1.MicroTime{Time: start}
+	if l.Spec.AcquireTime == nil || !h.held {
+		l.Spec.AcquireTime = &metav1.MicroTime{Time: start}
+	}
+	return l
+}

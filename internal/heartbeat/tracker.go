@@ -1,0 +1,197 @@
+package heartbeat
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// Tracker is the controller's side: it watches the agents' Leases and
+// decides which nodes are alive from what it observes itself. A node is
+// healthy while the Tracker has seen its Lease renewed within the lease
+// duration, measured on the Tracker's own clock (as the node lifecycle
+// controller does), so clock skew between machines does not matter. After
+// a restart every known node counts as freshly renewed: failover is delayed
+// by one lease duration at most, never hastened.
+type Tracker struct {
+	component string
+	now       func() time.Time
+	changes   chan event.GenericEvent
+
+	mu    sync.Mutex
+	nodes map[string]*observation
+}
+
+type observation struct {
+	renew    time.Time // the Lease's renewTime as last seen
+	seenAt   time.Time // when the Tracker saw it change
+	duration time.Duration
+	healthy  bool // as last reported through Changes
+}
+
+// NewTracker tracks the Leases of one component's agents.
+func NewTracker(component string) *Tracker {
+	return &Tracker{
+		component: component,
+		now:       time.Now,
+		changes:   make(chan event.GenericEvent, 1024),
+		nodes:     map[string]*observation{},
+	}
+}
+
+// Changes delivers the Lease of a node each time the node turns healthy or
+// unhealthy; a controller watches it with source.Channel.
+func (t *Tracker) Changes() <-chan event.GenericEvent { return t.changes }
+
+// Healthy reports whether the node's agent renewed within its lease
+// duration, as observed by the Tracker.
+func (t *Tracker) Healthy(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.nodes[node]
+	return ok && t.now().Sub(o.seenAt) < o.duration
+}
+
+// LastRenewal is when the Tracker last saw the node's Lease renewed (zero
+// if never): the start of an outage when the node is lost.
+func (t *Tracker) LastRenewal(node string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o, ok := t.nodes[node]; ok {
+		return o.seenAt
+	}
+	return time.Time{}
+}
+
+// Observe records a Lease as seen now.
+func (t *Tracker) Observe(l *coordinationv1.Lease) {
+	if l.Labels[LabelComponent] != t.component || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+		return
+	}
+	node := *l.Spec.HolderIdentity
+	duration := time.Second
+	if l.Spec.LeaseDurationSeconds != nil && *l.Spec.LeaseDurationSeconds > 0 {
+		duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	t.mu.Lock()
+	o, ok := t.nodes[node]
+	if !ok {
+		o = &observation{}
+		t.nodes[node] = o
+	}
+	renewed := !o.renew.Equal(l.Spec.RenewTime.Time)
+	if renewed {
+		o.renew, o.seenAt = l.Spec.RenewTime.Time, t.now()
+	}
+	o.duration = duration
+	turnedHealthy := renewed && !o.healthy
+	if turnedHealthy {
+		o.healthy = true
+	}
+	t.mu.Unlock()
+	if turnedHealthy {
+		t.notify(l)
+	}
+}
+
+// Forget drops a node whose Lease was deleted: it counts as unhealthy.
+func (t *Tracker) Forget(l *coordinationv1.Lease) {
+	if l.Spec.HolderIdentity == nil {
+		return
+	}
+	t.mu.Lock()
+	_, ok := t.nodes[*l.Spec.HolderIdentity]
+	delete(t.nodes, *l.Spec.HolderIdentity)
+	t.mu.Unlock()
+	if ok {
+		t.notify(l)
+	}
+}
+
+// notify never blocks: on a replica that is not the leader nobody drains
+// the channel, and the Lease informer must not stall. A dropped change is
+// made good by the consumer's periodic resync.
+func (t *Tracker) notify(l *coordinationv1.Lease) {
+	select {
+	case t.changes <- event.GenericEvent{Object: l}:
+	default:
+	}
+}
+
+// expire reports the nodes that stopped renewing since the last call.
+func (t *Tracker) expire() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var lost []string
+	for node, o := range t.nodes {
+		if o.healthy && t.now().Sub(o.seenAt) >= o.duration {
+			o.healthy = false
+			lost = append(lost, node)
+		}
+	}
+	return lost
+}
+
+// NeedLeaderElection is false: every replica keeps its own observations,
+// so a new leader does not start blind.
+func (t *Tracker) NeedLeaderElection() bool { return false }
+
+// Start checks for expired Leases every 100 ms until ctx ends.
+func (t *Tracker) Start(ctx context.Context) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			for _, node := range t.expire() {
+				l := &coordinationv1.Lease{}
+				l.Name = LeaseName(t.component, node)
+				l.Spec.HolderIdentity = &node
+				t.notify(l)
+			}
+		}
+	}
+}
+
+// Watch feeds the Tracker from the cache's Lease informer.
+func (t *Tracker) Watch(ctx context.Context, c cache.Cache) error {
+	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return err
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj) },
+		UpdateFunc: func(_, obj any) { t.observe(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if l, ok := obj.(*coordinationv1.Lease); ok {
+				t.Forget(l)
+			}
+		},
+	})
+	return err
+}
+
+func (t *Tracker) observe(obj any) {
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		t.Observe(l)
+	}
+}
+
+// NodeOf is the node a heartbeat Lease belongs to.
+func NodeOf(o client.Object) string {
+	if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
+		return *l.Spec.HolderIdentity
+	}
+	return ""
+}
