@@ -1,18 +1,59 @@
 package main
 
 import (
+	"context"
+	"flag"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
+	"github.com/kubext/kubext/internal/controller/ippool"
+	"github.com/kubext/kubext/internal/heartbeat"
 )
+
+// options are the controllers' own flags.
+type options struct {
+	// heartbeatNamespace holds the node agents' heartbeat Leases.
+	heartbeatNamespace string
+	ipDeleteStalePods  bool
+}
+
+func (o *options) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
+		"Namespace of the node agents' heartbeat Leases.")
+	fs.BoolVar(&o.ipDeleteStalePods, "ip-delete-stale-pods", false,
+		"Delete pods that claim an IP on a node whose agent is lost when no standby can take over, "+
+			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
+}
 
 // controller is one entry of --controllers: the API types it needs in the
 // scheme and the function that registers it with the manager.
 type controller struct {
 	name        string
 	addToScheme func(*runtime.Scheme) error
-	setup       func(ctrl.Manager) error
+	setup       func(context.Context, ctrl.Manager, *options) error
 }
 
 // controllers lists every controller the manager can run, in start order.
-// Each operator adds its entry here.
-var controllers = []controller{}
+var controllers = []controller{
+	{name: "ip", addToScheme: ipv1.AddToScheme, setup: setupIP},
+	{name: "ippool", addToScheme: ipv1.AddToScheme, setup: setupIPPool},
+}
+
+func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
+	return (&ipcontroller.Reconciler{
+		Client:          mgr.GetClient(),
+		Recorder:        mgr.GetEventRecorder("ip-controller"),
+		Health:          heartbeat.NewTracker(ipcontroller.AgentComponent),
+		DeleteStalePods: o.ipDeleteStalePods,
+	}).SetupWithManager(ctx, mgr)
+}
+
+func setupIPPool(_ context.Context, mgr ctrl.Manager, _ *options) error {
+	return (&ippool.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("ippool-controller"),
+	}).SetupWithManager(mgr)
+}

@@ -13,10 +13,13 @@ import (
 	"os"
 	"strings"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string) error {
 		"Serve metrics over HTTP/2 (off by default against the HTTP/2 Rapid Reset attacks).")
 	fs.StringVar(&controllerList, "controllers", "all",
 		"Comma-separated controllers to run, or 'all'. Known: "+strings.Join(controllerNames(), ", ")+".")
+	var ctrlOpts options
+	ctrlOpts.bindFlags(fs)
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -105,12 +110,16 @@ func run(ctx context.Context, args []string) error {
 		LeaderElectionID:              "manager.kubext.io",
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the node agents' heartbeats, not every Lease in the cluster.
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{ctrlOpts.heartbeatNamespace: {}}},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	for _, c := range selected {
-		if err := c.setup(mgr); err != nil {
+		if err := c.setup(ctx, mgr, &ctrlOpts); err != nil {
 			return fmt.Errorf("setting up controller %s: %w", c.name, err)
 		}
 		log.Info("Set up controller", "controller", c.name)

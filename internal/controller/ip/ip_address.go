@@ -1,0 +1,264 @@
+package ip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipam"
+)
+
+// maxAllocationAttempts bounds the retries when other clients take the
+// addresses this controller picks from a pool.
+const maxAllocationAttempts = 32
+
+// allocationError is an allocation that cannot succeed until something
+// changes (a pool appears, an address is freed); it becomes the Allocated
+// condition rather than a retry.
+type allocationError struct{ reason, message string }
+
+func (e *allocationError) Error() string { return e.message }
+
+// reconcileAddress makes sure an address is reserved for the IP. It returns
+// false when placement has to wait: no address yet, or a reassign is still
+// detaching the old one.
+func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, error) {
+	if ip.Status.Address != "" && ip.Spec.Address != "" && ip.Spec.Address != ip.Status.Address {
+		if done, err := r.releaseForReassign(ctx, ip); err != nil || !done {
+			return false, err
+		}
+	}
+	addr, pool, err := r.allocate(ctx, ip)
+	if aerr := (*allocationError)(nil); errors.As(err, &aerr) {
+		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated); c == nil || c.Reason != aerr.reason {
+			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, aerr.reason, "Allocate", aerr.message)
+		}
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionFalse,
+			Reason: aerr.reason, Message: aerr.message})
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			Reason: ipv1.ReasonWaitingForAgent, Message: "no address is allocated"})
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if ip.Status.Address != addr.String() {
+		allocations.WithLabelValues(pool).Inc()
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Allocated", "Allocate", "Reserved %s from pool %s", addr, pool)
+	}
+	ip.Status.Address, ip.Status.Pool, ip.Status.Assigned = addr.String(), pool, true
+	if ip.Status.Original == nil || ip.Status.Original.Address != addr.String() {
+		ip.Status.Original = &ipv1.IPSpec{Address: addr.String(), Pool: ip.Spec.Pool, Reassign: ip.Spec.Reassign}
+	}
+	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
+		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf("%s is reserved from pool %s", addr, pool)})
+	return true, nil
+}
+
+// allocate finds the IP's pool and address and reserves the address.
+func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, string, error) {
+	var want netip.Addr
+	if ip.Spec.Address != "" {
+		a, err := ipam.Canonical(ip.Spec.Address)
+		if err != nil {
+			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool, err.Error()}
+		}
+		want = a
+	}
+	poolName, pool, err := r.poolFor(ctx, ip, want)
+	if err != nil {
+		return netip.Addr{}, "", err
+	}
+	if want.IsValid() {
+		if err := pool.CanRequest(want); err != nil {
+			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool,
+				fmt.Sprintf("pool %s cannot hand out %s: %v", poolName, want, err)}
+		}
+		return want, poolName, r.reserve(ctx, ip, want, poolName)
+	}
+	if a, err := ipam.Canonical(ip.Status.Address); err == nil {
+		return a, poolName, r.reserve(ctx, ip, a, poolName)
+	}
+	// A reservation made before a crash, not yet recorded in status.
+	owned := &networkingv1.IPAddressList{}
+	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
+		return netip.Addr{}, "", err
+	}
+	for _, a := range owned.Items {
+		if addr, err := ipam.Canonical(a.Name); err == nil && pool.Contains(addr) {
+			return addr, poolName, nil
+		}
+	}
+	return r.allocateFromPool(ctx, ip, pool, poolName)
+}
+
+// allocateFromPool reserves the lowest free address of the pool. The cache
+// may lag; the API server has the last word, so a taken address is skipped
+// and the next one tried.
+func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ipam.Pool, poolName string) (netip.Addr, string, error) {
+	reserved := &networkingv1.IPAddressList{}
+	if err := r.List(ctx, reserved); err != nil {
+		return netip.Addr{}, "", err
+	}
+	used := make(map[netip.Addr]bool, len(reserved.Items))
+	for _, a := range reserved.Items {
+		if addr, err := ipam.Canonical(a.Name); err == nil {
+			used[addr] = true
+		}
+	}
+	for range maxAllocationAttempts {
+		addr, ok := pool.Next(func(a netip.Addr) bool { return used[a] })
+		if !ok {
+			return netip.Addr{}, "", &allocationError{ipv1.ReasonPoolExhausted,
+				fmt.Sprintf("pool %s has no free address left", poolName)}
+		}
+		err := r.reserve(ctx, ip, addr, poolName)
+		if aerr := (*allocationError)(nil); errors.As(err, &aerr) {
+			used[addr] = true
+			continue
+		}
+		return addr, poolName, err
+	}
+	return netip.Addr{}, "", fmt.Errorf("pool %s: %d addresses were taken by others while allocating; retrying", poolName, maxAllocationAttempts)
+}
+
+// poolFor returns the pool the IP uses: spec.pool, or the pool containing
+// spec.address.
+func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) (string, *ipam.Pool, error) {
+	if ip.Spec.Pool != "" {
+		p := &ipv1.IPPool{}
+		if err := r.Get(ctx, types.NamespacedName{Name: ip.Spec.Pool}, p); err != nil {
+			if apierrors.IsNotFound(err) {
+				return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("IPPool %s does not exist", ip.Spec.Pool)}
+			}
+			return "", nil, err
+		}
+		pool, err := ipam.NewPool(p.Spec.Addresses, p.Spec.Reserved)
+		if err != nil {
+			return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("IPPool %s is invalid: %v", p.Name, err)}
+		}
+		if want.IsValid() && !pool.Contains(want) {
+			return "", nil, &allocationError{ipv1.ReasonAddressOutsidePool,
+				fmt.Sprintf("%s is not in pool %s (%s)", want, p.Name, pool)}
+		}
+		return p.Name, pool, nil
+	}
+	pools := &ipv1.IPPoolList{}
+	if err := r.List(ctx, pools); err != nil {
+		return "", nil, err
+	}
+	for _, p := range pools.Items {
+		pool, err := ipam.NewPool(p.Spec.Addresses, p.Spec.Reserved)
+		if err == nil && pool.Contains(want) {
+			return p.Name, pool, nil
+		}
+	}
+	return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("no IPPool contains %s", want)}
+}
+
+// reserve creates the IPAddress object named by the address. The API server
+// refuses a second object of the same name, which is what makes an address
+// belong to one IP only, whoever creates it and however fast.
+func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, pool string) error {
+	name := ipam.Name(addr)
+	existing := &networkingv1.IPAddress{}
+	err := r.Get(ctx, types.NamespacedName{Name: name}, existing)
+	if err == nil {
+		return r.owned(ip, existing)
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	a := &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name,
+			Labels: map[string]string{
+				ipv1.LabelPool:                 pool,
+				networkingv1.LabelManagedBy:    ipv1.ManagedBy,
+				"app.kubernetes.io/managed-by": ipv1.ManagedBy,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: ipv1.GroupVersion.String(), Kind: "IP", Name: ip.Name, UID: ip.UID,
+			}},
+		},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Group: ipv1.GroupVersion.Group, Resource: "ips", Name: ip.Name,
+		}},
+	}
+	err = r.Create(ctx, a)
+	if apierrors.IsAlreadyExists(err) {
+		// Someone was faster; see who.
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, existing); err != nil {
+			return err
+		}
+		return r.owned(ip, existing)
+	}
+	return err
+}
+
+// owned checks that an existing reservation is this IP's.
+func (r *Reconciler) owned(ip *ipv1.IP, a *networkingv1.IPAddress) error {
+	if parentIP(a) == ip.Name {
+		return nil
+	}
+	holder := "another object"
+	if ref := a.Spec.ParentRef; ref != nil {
+		holder = ref.Resource
+		if ref.Group != "" {
+			holder += "." + ref.Group
+		}
+		if ref.Namespace != "" {
+			holder += " " + ref.Namespace + "/" + ref.Name
+		} else {
+			holder += " " + ref.Name
+		}
+	}
+	return &allocationError{ipv1.ReasonAddressInUse, fmt.Sprintf("%s is already reserved by %s", a.Name, holder)}
+}
+
+// release deletes the IP's reservations (at most one, but a crash between
+// two reassigns could leave more).
+func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) error {
+	owned := &networkingv1.IPAddressList{}
+	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
+		return err
+	}
+	for i := range owned.Items {
+		a := &owned.Items[i]
+		if a.Name == except {
+			continue
+		}
+		uid := a.UID
+		if err := r.Delete(ctx, a, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Released", "Release", "Released %s", a.Name)
+	}
+	return nil
+}
+
+// releaseForReassign detaches and releases the old address when
+// spec.address changed under spec.reassign. It returns true once the old
+// address is gone and the new one can be reserved.
+func (r *Reconciler) releaseForReassign(ctx context.Context, ip *ipv1.IP) (bool, error) {
+	if !r.detach(ip, fmt.Sprintf("moving to %s", ip.Spec.Address)) {
+		return false, nil
+	}
+	old := ip.Status.Address
+	if err := r.release(ctx, ip, ""); err != nil {
+		return false, err
+	}
+	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Reassigned", "Reassign", "Released %s to move to %s", old, ip.Spec.Address)
+	ip.Status.Address, ip.Status.Assigned, ip.Status.Original = "", false, nil
+	return true, nil
+}

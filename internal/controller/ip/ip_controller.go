@@ -1,0 +1,192 @@
+// Package ip reconciles IP objects: it reserves each IP's address in the
+// API server, chooses which claiming pod holds it, and hands the address
+// from node to node so that exactly one node answers for it at any time.
+// The node agents (internal/ipagent) do the programming on the nodes.
+//
+// The hand-over protocol rests on two status fields. status.node is where
+// the controller wants the address; status.attachedNode is where an agent
+// has confirmed it answers for it, and only agents set it. The controller
+// points status.node at a new node only once no other node is attached:
+// it first asks the old node to let go (status.node empty) and waits for
+// its agent to clear status.attachedNode, or, when the old node's agent has
+// stopped renewing its heartbeat for a whole lease duration (by which time
+// the agent has fenced itself), clears it on the agent's behalf. Every
+// write is conditional on the resourceVersion it was computed from.
+package ip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+)
+
+// AgentComponent names the ip-agent's heartbeat Leases (ip-agent-<node>).
+const AgentComponent = "ip-agent"
+
+// resync bounds how long an IP waits when an event was missed.
+const resync = 5 * time.Minute
+
+// Reconciler reconciles IP objects.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// Health says which nodes' agents are alive, from their Leases.
+	Health *heartbeat.Tracker
+	// DeleteStalePods deletes claiming pods on nodes whose agent is lost
+	// when no standby can take over, so that their controller recreates
+	// them elsewhere without waiting for the taint-based eviction (5 min).
+	DeleteStalePods bool
+
+	now func() time.Time
+	// failoverStart remembers when a lost node was last seen alive, per IP,
+	// to measure failovers end to end.
+	failovers *failoverClock
+}
+
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ips/status,verbs=get;patch
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ips/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch
+// Addresses are reserved as IPAddress objects named by the address.
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get;list;watch;create;delete
+// Pods claim IPs; delete is used only with --ip-delete-stale-pods.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// Agents' heartbeats.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one IP's reservation, holder and placement up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	ip := &ipv1.IP{}
+	if err := r.Get(ctx, req.NamespacedName, ip); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.reportMissing(ctx, req.Name)
+		}
+		return ctrl.Result{}, err
+	}
+	if !ip.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, ip)
+	}
+	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
+		orig := ip.DeepCopy()
+		controllerutil.AddFinalizer(ip, ipv1.Finalizer)
+		return ctrl.Result{}, r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	}
+
+	orig := ip.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, orig, ip, reterr == nil); err != nil {
+			reterr = errors.Join(reterr, err)
+		}
+	}()
+	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
+		return ctrl.Result{}, err
+	}
+	return r.reconcilePlacement(ctx, ip)
+}
+
+// patchStatus writes the status once per reconcile, only when it changed,
+// and only over the version it was computed from.
+func (r *Reconciler) patchStatus(ctx context.Context, orig, ip *ipv1.IP, succeeded bool) error {
+	summarize(ip)
+	if succeeded {
+		ip.Status.ObservedGeneration = ip.Generation
+	}
+	if equality.Semantic.DeepEqual(orig.Status, ip.Status) {
+		return nil
+	}
+	err := r.Status().Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
+	}
+	return client.IgnoreNotFound(err)
+}
+
+// summarize sets Ready from Allocated and Attached.
+func summarize(ip *ipv1.IP) {
+	ready := metav1.Condition{Type: ipv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipv1.ReasonReady,
+		Message: fmt.Sprintf("%s answers on node %s for pod %s", ip.Status.Address, ip.Status.Node, ip.Status.Pod)}
+	for _, t := range []string{ipv1.ConditionAllocated, ipv1.ConditionAttached} {
+		c := meta.FindStatusCondition(ip.Status.Conditions, t)
+		if c == nil {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Reconciling", t+" not evaluated yet"
+			break
+		}
+		if c.Status != metav1.ConditionTrue {
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, c.Reason, c.Message
+			break
+		}
+	}
+	setCondition(ip, ready)
+}
+
+func setCondition(ip *ipv1.IP, c metav1.Condition) {
+	c.ObservedGeneration = ip.Generation
+	meta.SetStatusCondition(&ip.Status.Conditions, c)
+}
+
+// reportMissing tells the pods that claim an IP which does not exist.
+func (r *Reconciler) reportMissing(ctx context.Context, name string) error {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.MatchingFields{indexClaim: name}); err != nil {
+		return err
+	}
+	for i := range pods.Items {
+		r.Recorder.Eventf(&pods.Items[i], nil, corev1.EventTypeWarning, "IPNotFound", "Claim",
+			"IP %q does not exist; the claim waits until it is created", name)
+	}
+	return nil
+}
+
+// SetupWithManager registers the controller, its indexes and its watches.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.now == nil {
+		r.now = time.Now
+	}
+	r.failovers = newFailoverClock()
+	if err := addIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	if err := r.Health.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	if err := mgr.Add(r.Health); err != nil {
+		return err
+	}
+	claims := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, ok := o.GetAnnotations()[ipv1.AnnotationIP]
+		return ok
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ip").
+		For(&ipv1.IP{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToIP), builder.WithPredicates(claims)).
+		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(ipAddressToIP)).
+		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allIPs), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToIPs))).
+		Complete(r)
+}
+
+var _ reconcile.Reconciler = &Reconciler{}

@@ -1,0 +1,310 @@
+package ip
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+)
+
+// fixture names objects uniquely per test so tests share one API server.
+type fixture struct {
+	t   *testing.T
+	g   *WithT
+	ctx context.Context
+	id  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{t: t, g: NewWithT(t), ctx: context.Background(), id: rand.String(5)}
+}
+
+func (f *fixture) name(s string) string { return s + "-" + f.id }
+
+func (f *fixture) create(o client.Object) {
+	f.t.Helper()
+	f.g.Expect(k8s.Create(f.ctx, o)).To(Succeed())
+	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+}
+
+func (f *fixture) node(name string) string {
+	f.create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "edge"}}})
+	return name
+}
+
+func (f *fixture) pool(name string, cidr string) {
+	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPPoolSpec{Addresses: []string{cidr}}})
+}
+
+// pod creates a claiming pod on a node, Ready with an address.
+func (f *fixture) pod(name, ip, node, podIP string) *corev1.Pod {
+	f.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Annotations: map[string]string{ipv1.AnnotationIP: ip}},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	f.create(p)
+	f.setReady(p, true, podIP)
+	return p
+}
+
+func (f *fixture) setReady(p *corev1.Pod, ready bool, podIP string) {
+	f.t.Helper()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	orig := p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP, p.Status.PodIPs = podIP, []corev1.PodIP{{IP: podIP}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	f.g.Expect(k8s.Status().Patch(f.ctx, p, client.MergeFrom(orig))).To(Succeed())
+}
+
+func (f *fixture) ip(name string) *ipv1.IP {
+	ip := &ipv1.IP{}
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	return ip
+}
+
+func condition(ip *ipv1.IP, t string) metav1.Condition {
+	if c := meta.FindStatusCondition(ip.Status.Conditions, t); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// An IP without an address gets the pool's first free address, reserved
+// as an IPAddress object, and is placed on the node of its Ready claimant;
+// it is Ready once that node's agent confirms.
+func TestAllocatesAndPlacesOnTheHolder(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "192.0.2.0/29")
+	node := f.node(f.name("n"))
+	startAgent(t, node)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("app"), name, node, "203.0.113.5")
+
+	f.g.Eventually(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.Address).To(Equal("192.0.2.1"))
+		g.Expect(ip.Status.Node).To(Equal(node))
+		g.Expect(ip.Status.AttachedNode).To(Equal(node))
+		g.Expect(ip.Status.Pod).To(Equal("default/" + f.name("app")))
+		g.Expect(ip.Status.Assigned && ip.Status.Claimed).To(BeTrue())
+		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(ip.Status.ObservedGeneration).To(Equal(ip.Generation))
+	}, waitFor).Should(Succeed())
+
+	addr := &networkingv1.IPAddress{}
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: "192.0.2.1"}, addr)).To(Succeed())
+	f.g.Expect(addr.Spec.ParentRef.Name).To(Equal(name))
+	f.g.Expect(addr.Labels).To(HaveKeyWithValue(ipv1.LabelPool, pool))
+
+	// Nothing changes: the controller writes nothing.
+	rv := f.ip(name).ResourceVersion
+	other := f.pod(f.name("noise"), f.name("other-ip"), node, "203.0.113.9")
+	_ = other
+	f.g.Consistently(func() string { return f.ip(name).ResourceVersion }, 2*time.Second).Should(Equal(rv))
+}
+
+// Fifty clients create IPs for the same address at once: the API server
+// gives the address to exactly one, the others say who has it.
+func TestConcurrentCreationsOfOneAddress(t *testing.T) {
+	f := newFixture(t)
+	pool := f.name("pool")
+	f.pool(pool, "198.51.100.0/28")
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.name(fmt.Sprintf("same-%02d", i))},
+				Spec: ipv1.IPSpec{Address: "198.51.100.7"}}
+			if err := k8s.Create(f.ctx, ip); err == nil {
+				t.Cleanup(func() { _ = k8s.Delete(context.Background(), ip) })
+			}
+		}()
+	}
+	wg.Wait()
+	f.g.Eventually(func(g Gomega) {
+		allocated, inUse := 0, 0
+		for i := range n {
+			ip := f.ip(f.name(fmt.Sprintf("same-%02d", i)))
+			switch c := condition(ip, ipv1.ConditionAllocated); {
+			case c.Status == metav1.ConditionTrue:
+				allocated++
+				g.Expect(ip.Status.Address).To(Equal("198.51.100.7"))
+			case c.Reason == ipv1.ReasonAddressInUse:
+				inUse++
+				g.Expect(c.Message).To(ContainSubstring("198.51.100.7 is already reserved by ips.ip.kubext.io"))
+				g.Expect(ip.Status.Address).To(BeEmpty())
+			}
+		}
+		g.Expect(allocated).To(Equal(1))
+		g.Expect(inUse).To(Equal(n - 1))
+	}, waitFor).Should(Succeed())
+}
+
+// When the holder's node stops renewing its heartbeat, the standby on a
+// healthy node takes over once the lease has run out.
+func TestFailoverToStandbyWhenTheNodeIsLost(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.0/29")
+	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
+	a1 := startAgent(t, n1)
+	startAgent(t, n2)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, "192.0.2.11")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(n1))
+	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
+	f.pod(f.name("second"), name, n2, "192.0.2.12")
+	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(Equal([]string{"default/" + f.name("second")}))
+
+	a1.stop()
+	f.g.Eventually(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.Node).To(Equal(n2))
+		g.Expect(ip.Status.AttachedNode).To(Equal(n2))
+		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	}, waitFor).Should(Succeed())
+	// Not before the 1 s lease ran out after the last renewal: the lost
+	// node had to have fenced itself.
+	lost := ipEvent(f.ctx, name, ipv1.ReasonNodeLost)
+	f.g.Expect(lost).NotTo(BeNil())
+	f.g.Expect(lost.EventTime.Sub(a1.lastRenew)).To(BeNumerically(">=", time.Second))
+}
+
+// A move between two healthy nodes never points at the new node while the
+// old one is still attached.
+func TestHandOverWaitsForTheOldNodeToLetGo(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.8/29")
+	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
+	startAgent(t, n1)
+	startAgent(t, n2)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	first := f.pod(f.name("first"), name, n1, "192.0.2.21")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(n1))
+	f.pod(f.name("second"), name, n2, "192.0.2.22")
+
+	// Watch every version of the IP while the holder turns NotReady.
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	w, err := k8sWatch(ctx, name)
+	f.g.Expect(err).NotTo(HaveOccurred())
+	f.setReady(first, false, "192.0.2.21")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(n2))
+	cancel()
+	for _, v := range w() {
+		if v.Status.Node != "" && v.Status.AttachedNode != "" {
+			f.g.Expect(v.Status.Node).To(Equal(v.Status.AttachedNode), "placed on %s while %s was attached", v.Status.Node, v.Status.AttachedNode)
+		}
+	}
+}
+
+// Deleting an IP detaches it first, then releases the address.
+func TestDeleteDetachesThenReleases(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.16/29")
+	node := f.node(f.name("n"))
+	agent := startAgent(t, node)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("app"), name, node, "192.0.2.31")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(node))
+	addr := f.ip(name).Status.Address
+
+	f.g.Expect(k8s.Delete(f.ctx, f.ip(name))).To(Succeed())
+	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, waitFor).ShouldNot(Succeed())
+	agent.mu.Lock()
+	f.g.Expect(agent.attached[name]).To(BeFalse(), "the agent released it before the IP went away")
+	agent.mu.Unlock()
+	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: addr}, &networkingv1.IPAddress{}) }, waitFor).ShouldNot(Succeed())
+}
+
+// Bad references are reported, not crashed on; the claim waits.
+func TestMissingPoolAndMissingIPAreReported(t *testing.T) {
+	f := newFixture(t)
+	name := f.name("ip")
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: f.name("nosuch")}})
+	f.g.Eventually(func() metav1.Condition { return condition(f.ip(name), ipv1.ConditionAllocated) }, waitFor).Should(
+		And(HaveField("Reason", ipv1.ReasonPoolNotFound), HaveField("Message", ContainSubstring("does not exist"))))
+
+	outside := f.name("outside")
+	f.pool(f.name("pool"), "203.0.113.24/29")
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: outside}, Spec: ipv1.IPSpec{Address: "203.0.113.200", Pool: f.name("pool")}})
+	f.g.Eventually(func() string { return condition(f.ip(outside), ipv1.ConditionAllocated).Reason }, waitFor).Should(Equal(ipv1.ReasonAddressOutsidePool))
+
+	node := f.node(f.name("n"))
+	p := f.pod(f.name("orphan"), f.name("missing"), node, "192.0.2.41")
+	f.g.Eventually(func() []string { return podEvents(f.ctx, p) }, waitFor).Should(ContainElement("IPNotFound"))
+}
+
+func ipEvent(ctx context.Context, ipName, reason string) *eventsv1.Event {
+	list := &eventsv1.EventList{}
+	_ = k8s.List(ctx, list, client.InNamespace("default"))
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "IP" && e.Regarding.Name == ipName && e.Reason == reason {
+			return &e
+		}
+	}
+	return nil
+}
+
+func podEvents(ctx context.Context, p *corev1.Pod) []string {
+	list := &eventsv1.EventList{}
+	_ = k8s.List(ctx, list, client.InNamespace(p.Namespace))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Pod" && e.Regarding.Name == p.Name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
+// k8sWatch records every version of an IP until ctx ends; the returned
+// function waits for the end and hands the versions over.
+func k8sWatch(ctx context.Context, name string) (func() []ipv1.IP, error) {
+	w, err := k8s.Watch(ctx, &ipv1.IPList{}, client.MatchingFields{"metadata.name": name})
+	if err != nil {
+		return nil, err
+	}
+	var versions []ipv1.IP
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				if ip, ok := ev.Object.(*ipv1.IP); ok {
+					versions = append(versions, *ip)
+				}
+			}
+		}
+	}()
+	return func() []ipv1.IP { <-done; return versions }, nil
+}

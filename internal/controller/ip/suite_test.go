@@ -1,0 +1,103 @@
+package ip
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"go.uber.org/zap/zapcore"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/controller/ippool"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/test/testenv"
+)
+
+const heartbeatNS = "kubext-system"
+
+var (
+	k8s    client.WithWatch // direct, uncached
+	scheme = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(ipv1.AddToScheme(scheme))
+	env, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer func() { _ = env.Stop() }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := startManager(ctx, env); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func startManager(ctx context.Context, env *testenv.Env) error {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
+	var err error
+	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: heartbeatNS}}); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{heartbeatNS: {}}},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-controller"),
+		Health: heartbeat.NewTracker(AgentComponent), DeleteStalePods: true}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	if err := (&ippool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return nil
+}
+
+// zapLevel is quiet unless KUBEXT_TEST_VERBOSE is set.
+func zapLevel() zapcore.Level {
+	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
+		return zapcore.DebugLevel
+	}
+	return zapcore.DPanicLevel // conflicts are routine and logged as errors
+}
+
+// waitFor is the patience of every Eventually in this package.
+const waitFor = 20 * time.Second

@@ -1,0 +1,185 @@
+// Package ippool reports each IPPool's capacity and use, flags pools that
+// overlap, and keeps a pool with allocated addresses from being deleted
+// until its IPs are gone.
+package ippool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipam"
+)
+
+// Finalizer keeps a pool while addresses are still reserved from it.
+const Finalizer = "ip.kubext.io/pool-finalizer"
+
+// Reconciler reconciles IPPools.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools/status,verbs=get;patch
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools/finalizers,verbs=update
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile updates one pool's status.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	pool := &ipv1.IPPool{}
+	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	allocated, err := r.allocated(ctx, pool.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, pool, allocated)
+	}
+	if !controllerutil.ContainsFinalizer(pool, Finalizer) {
+		orig := pool.DeepCopy()
+		controllerutil.AddFinalizer(pool, Finalizer)
+		return ctrl.Result{}, r.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	}
+
+	orig := pool.DeepCopy()
+	defer func() {
+		if reterr == nil {
+			pool.Status.ObservedGeneration = pool.Generation
+		}
+		if !equality.Semantic.DeepEqual(orig.Status, pool.Status) {
+			err := r.Status().Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+			reterr = errors.Join(reterr, client.IgnoreNotFound(err))
+		}
+	}()
+	ready := metav1.Condition{Type: ipv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipv1.ReasonReady}
+	parsed, err := ipam.NewPool(pool.Spec.Addresses, pool.Spec.Reserved)
+	if err != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "InvalidSpec", err.Error()
+		setCondition(pool, ready)
+		return ctrl.Result{}, nil
+	}
+	size := int64(min(parsed.Size(), math.MaxInt64))
+	pool.Status.Size = size
+	pool.Status.Allocated = int32(min(allocated, math.MaxInt32))
+	pool.Status.Available = max(size-int64(allocated), 0)
+	poolAddresses.WithLabelValues(pool.Name, "size").Set(float64(size))
+	poolAddresses.WithLabelValues(pool.Name, "allocated").Set(float64(allocated))
+
+	ready.Message = fmt.Sprintf("%d of %d addresses allocated", allocated, size)
+	if other, err := r.overlapping(ctx, pool, parsed); err != nil {
+		return ctrl.Result{}, err
+	} else if other != "" {
+		ready.Status, ready.Reason = metav1.ConditionFalse, "PoolOverlap"
+		ready.Message = fmt.Sprintf("addresses overlap IPPool %s, which is older; an address belongs to whichever IP reserves it first", other)
+	}
+	setCondition(pool, ready)
+	return ctrl.Result{}, nil
+}
+
+// reconcileDelete lets a pool go only when no address is reserved from it.
+func (r *Reconciler) reconcileDelete(ctx context.Context, pool *ipv1.IPPool, allocated int) error {
+	if !controllerutil.ContainsFinalizer(pool, Finalizer) {
+		return nil
+	}
+	if allocated > 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "DeleteBlocked", "Delete",
+			"%d addresses are still allocated from this pool; delete their IPs first", allocated)
+		return nil
+	}
+	poolAddresses.DeleteLabelValues(pool.Name, "size")
+	poolAddresses.DeleteLabelValues(pool.Name, "allocated")
+	orig := pool.DeepCopy()
+	controllerutil.RemoveFinalizer(pool, Finalizer)
+	return client.IgnoreNotFound(r.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+func (r *Reconciler) allocated(ctx context.Context, pool string) (int, error) {
+	list := &networkingv1.IPAddressList{}
+	if err := r.List(ctx, list, client.MatchingLabels{ipv1.LabelPool: pool}); err != nil {
+		return 0, err
+	}
+	return len(list.Items), nil
+}
+
+// overlapping names an older pool whose addresses overlap this one's.
+func (r *Reconciler) overlapping(ctx context.Context, pool *ipv1.IPPool, parsed *ipam.Pool) (string, error) {
+	pools := &ipv1.IPPoolList{}
+	if err := r.List(ctx, pools); err != nil {
+		return "", err
+	}
+	slices.SortFunc(pools.Items, older)
+	for i := range pools.Items {
+		other := &pools.Items[i]
+		if other.Name == pool.Name {
+			return "", nil // only older pools count
+		}
+		if p, err := ipam.NewPool(other.Spec.Addresses, other.Spec.Reserved); err == nil && p.Overlaps(parsed) {
+			return other.Name, nil
+		}
+	}
+	return "", nil
+}
+
+func older(a, b ipv1.IPPool) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func setCondition(pool *ipv1.IPPool, c metav1.Condition) {
+	c.ObservedGeneration = pool.Generation
+	meta.SetStatusCondition(&pool.Status.Conditions, c)
+}
+
+// SetupWithManager registers the controller: a pool is reconciled when it
+// changes, when its addresses are reserved or released, and when another
+// pool changes (overlaps).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ippool").
+		For(&ipv1.IPPool{}).
+		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(addressToPool)).
+		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools)).
+		Complete(r)
+}
+
+func addressToPool(_ context.Context, o client.Object) []reconcile.Request {
+	if pool := o.GetLabels()[ipv1.LabelPool]; pool != "" {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: pool}}}
+	}
+	return nil
+}
+
+func (r *Reconciler) allPools(ctx context.Context, _ client.Object) []reconcile.Request {
+	pools := &ipv1.IPPoolList{}
+	if err := r.List(ctx, pools); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(pools.Items))
+	for _, p := range pools.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: p.Name}})
+	}
+	return reqs
+}
+
