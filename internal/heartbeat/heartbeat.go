@@ -50,7 +50,7 @@ type Config struct {
 	// OnLost is called once when the hold lapses; OnRegained once when a
 	// renewal succeeds again after that.
 	OnLost, OnRegained func()
-	Log logr.Logger
+	Log                logr.Logger
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
 }

@@ -49,6 +49,14 @@ options:
   - {{ . }}
 {{- end }}
 {{- end }}
+{{- if .PodCIDR }}
+---
+kind: KwokConfiguration
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+options:
+  # Pod IPs of nodes without a spec.podCIDR of their own.
+  cidr: {{ .PodCIDR }}
+{{- end }}
 `))
 
 // K8sDir is where `make tools` puts the control-plane binaries.
@@ -68,9 +76,13 @@ func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
 	}
 	var cfg bytes.Buffer
 	data := struct {
-		Version, K8sDir string
-		SANs            []string
+		Version, K8sDir, PodCIDR string
+		SANs                     []string
 	}{Version: KubeVersion, K8sDir: l.K8sDir()}
+	if l.PodSubnet.IsValid() {
+		_, rest := podCIDRs(l.PodSubnet, len(l.Nodes))
+		data.PodCIDR = rest.String()
+	}
 	if gateway.IsValid() {
 		data.SANs = []string{gateway.String()}
 	}

@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +50,14 @@ type Options struct {
 	// Network builds the network namespaces; it needs root. Without it the
 	// lab is only the cluster.
 	Network bool
+	// PodSubnet is where pods take their addresses from when Network is on
+	// (default 203.0.113.0/24, or 198.51.100.0/24 when that is Subnet's
+	// neighbour 203.0.113.0/24). Each node gets its own slice as
+	// spec.podCIDR (with up to 15 nodes), from which kwok assigns pod IPs;
+	// the addresses exist only inside node and pod namespaces (see
+	// [PodNetwork]), never in the root namespace. Without Network, kwok's
+	// default range is left alone.
+	PodSubnet netip.Prefix
 	// CRDDirs are applied once the cluster is up (e.g. config/crd/bases).
 	CRDDirs []string
 	// Log receives progress lines (default: discarded).
@@ -69,14 +78,22 @@ type Lab struct {
 	AgentKubeconfig string
 	// Nodes are the simulated nodes' names, in order.
 	Nodes []string
+	// PodSubnet is where pod IPs come from (zero without Network: then
+	// kwok's default range is used).
+	PodSubnet netip.Prefix `json:",omitzero"`
 	// Net is the network topology (nil without Network).
 	Net *labnet.Network
 	// ForwarderPID is the process forwarding the bridge address to the API
 	// server (0 without Network).
 	ForwarderPID int
 
-	log       func(format string, args ...any)
+	log func(format string, args ...any)
+
+	mu        sync.Mutex // guards processes and podNet
 	processes []*Process
+	podNet    *PodNetwork
+	// podNetStart serialises StartPodNetwork.
+	podNetStart sync.Mutex
 }
 
 func (o *Options) setDefaults() error {
@@ -91,6 +108,12 @@ func (o *Options) setDefaults() error {
 	}
 	if !o.Subnet.IsValid() {
 		o.Subnet = netip.MustParsePrefix("198.51.100.0/24")
+	}
+	if o.Network && !o.PodSubnet.IsValid() {
+		o.PodSubnet = netip.MustParsePrefix("203.0.113.0/24")
+		if o.Subnet.Overlaps(o.PodSubnet) {
+			o.PodSubnet = netip.MustParsePrefix("198.51.100.0/24")
+		}
 	}
 	if o.Dir == "" || o.BinDir == "" {
 		root, err := RepoRoot()
@@ -119,6 +142,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Network && os.Geteuid() != 0 {
 		return nil, errors.New("lab: the lab network needs root (network namespaces); run as root or without the network")
 	}
+	if opts.Network {
+		if err := labnet.ValidatePodSubnet(opts.PodSubnet, opts.Subnet); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
@@ -139,6 +167,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, err
 	}
 	l = &Lab{Name: opts.Name, Prefix: opts.Prefix, Dir: dir, BinDir: opts.BinDir, log: opts.Log}
+	if opts.Network {
+		l.PodSubnet = opts.PodSubnet
+	}
 	for i := 0; i < opts.Nodes; i++ {
 		l.Nodes = append(l.Nodes, fmt.Sprintf("node-%d", i))
 	}
@@ -154,8 +185,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 
 	var gateway netip.Addr
 	if opts.Network {
-		opts.Log("Creating the lab network on %s: %d node namespaces and a client namespace", opts.Subnet, len(l.Nodes))
-		l.Net, err = labnet.Create(labnet.Config{Prefix: opts.Prefix, Subnet: opts.Subnet, Nodes: l.Nodes})
+		opts.Log("Creating the lab network on %s: %d node namespaces and a client namespace; pods get addresses from %s", opts.Subnet, len(l.Nodes), opts.PodSubnet)
+		l.Net, err = labnet.Create(labnet.Config{Prefix: opts.Prefix, Subnet: opts.Subnet, Nodes: l.Nodes, PodSubnet: opts.PodSubnet})
 		if err != nil {
 			return l, fmt.Errorf("creating the lab network: %w", err)
 		}
@@ -223,6 +254,12 @@ func (l *Lab) save() error {
 // It is idempotent and goes on past errors, reporting them all.
 func (l *Lab) Down(ctx context.Context) error {
 	var errs []error
+	l.mu.Lock()
+	pn := l.podNet
+	l.mu.Unlock()
+	if pn != nil {
+		errs = append(errs, pn.Stop())
+	}
 	l.StopProcesses()
 	if l.Net != nil || l.ForwarderPID != 0 {
 		errs = append(errs, l.stopForwarder())

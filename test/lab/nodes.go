@@ -2,8 +2,11 @@ package lab
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,6 +43,10 @@ func (l *Lab) createNodes(ctx context.Context) error {
 			},
 			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"},
 		}}
+		if cidr := l.PodCIDR(name); cidr.IsValid() {
+			node.Spec.PodCIDR = cidr.String()
+			node.Spec.PodCIDRs = []string{cidr.String()}
+		}
 		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %s: %w", name, err)
 		}
@@ -66,6 +73,57 @@ func (l *Lab) createNodes(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// minPodSlice is the smallest per-node slice of the pod subnet (16 addresses).
+const minPodSlice = 28
+
+// podCIDRs splits podSubnet into equal power-of-two slices, one per node
+// plus at least one more (rest) for kwok's default pool, which serves nodes
+// without a spec.podCIDR. When the slices would be smaller than a /28 no node
+// gets its own (perNode is nil) and rest is the whole subnet.
+//
+// kwok hands out a slice's addresses from its first host address upwards
+// and does not stop at the slice's end, so a node with more pods than its
+// slice holds gets addresses of the next slice.
+func podCIDRs(podSubnet netip.Prefix, nodes int) (perNode []netip.Prefix, rest netip.Prefix) {
+	extra := 0
+	for 1<<extra < nodes+1 {
+		extra++
+	}
+	bits := podSubnet.Bits() + extra
+	if bits > minPodSlice {
+		return nil, podSubnet
+	}
+	base := podSubnet.Masked().Addr().As4()
+	start := binary.BigEndian.Uint32(base[:])
+	size := uint32(1) << (32 - bits)
+	slice := func(i int) netip.Prefix {
+		var a [4]byte
+		binary.BigEndian.PutUint32(a[:], start+uint32(i)*size)
+		return netip.PrefixFrom(netip.AddrFrom4(a), bits)
+	}
+	for i := range nodes {
+		perNode = append(perNode, slice(i))
+	}
+	return perNode, slice(nodes)
+}
+
+// PodCIDR is the slice of the pod subnet from which the node's pods get
+// their IPs (its spec.podCIDR), or the zero Prefix when the node has none:
+// without the network, for a node the lab did not create, or when there
+// are too many nodes for a /28 each.
+func (l *Lab) PodCIDR(node string) netip.Prefix {
+	if !l.PodSubnet.IsValid() {
+		return netip.Prefix{}
+	}
+	perNode, _ := podCIDRs(l.PodSubnet, len(l.Nodes))
+	for i, n := range l.Nodes {
+		if n == node && i < len(perNode) {
+			return perNode[i]
+		}
+	}
+	return netip.Prefix{}
 }
 
 func nodeResources() corev1.ResourceList {
@@ -137,6 +195,50 @@ func (l *Lab) RecoverNode(ctx context.Context, name string) error {
 		"labels":      map[string]any{notReadyLabel: nil},
 		"annotations": map[string]any{notReadyDelay: nil},
 	}})
+}
+
+// KillNode makes the node fail the hard way, as a crashed or unplugged
+// machine would: every process the lab started in the node's namespace (its
+// agent) is killed (SIGKILL), the namespace is cut off the bridge (it reaches
+// neither the API server nor the client, and nothing reaches it or its pods),
+// and the node turns NotReady (FailNode). Pod servers behind the node keep
+// running but are unreachable. It needs the lab network.
+func (l *Lab) KillNode(ctx context.Context, name string) error {
+	ns, err := l.nodeNamespace(name)
+	if err != nil {
+		return err
+	}
+	for _, p := range l.processesIn(ns) {
+		p.Kill()
+	}
+	if err := l.Net.CutOff(name); err != nil {
+		return err
+	}
+	return l.FailNode(ctx, name)
+}
+
+// ReviveNode undoes KillNode: the node's namespace goes back on the bridge
+// and kwok marks the node Ready again (wait for it with WaitNodeReady). The
+// caller restarts the node's agent.
+func (l *Lab) ReviveNode(ctx context.Context, name string) error {
+	if _, err := l.nodeNamespace(name); err != nil {
+		return err
+	}
+	if err := l.Net.Restore(name); err != nil {
+		return err
+	}
+	return l.RecoverNode(ctx, name)
+}
+
+func (l *Lab) nodeNamespace(name string) (string, error) {
+	if l.Net == nil {
+		return "", errors.New("lab: the lab has no network (it needs root)")
+	}
+	ns := l.Net.NodeNamespace(name)
+	if ns == "" {
+		return "", fmt.Errorf("lab: no node %q in the lab network", name)
+	}
+	return ns, nil
 }
 
 // BootID is the node's current boot ID.

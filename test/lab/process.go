@@ -18,6 +18,8 @@ import (
 // its node's namespace, or the manager in the root namespace.
 type Process struct {
 	Name string
+	// Namespace is the network namespace it runs in ("" for the root's).
+	Namespace string
 	// Log is the file that receives the program's output.
 	Log  string
 	cmd  *exec.Cmd
@@ -48,9 +50,19 @@ func (l *Lab) Start(name, namespace, binary string, args []string, env ...string
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &Process{Name: name, Log: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{Name: name, Namespace: namespace, Log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	l.processes = append(l.processes, p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Forget processes that have ended, so that a long run that starts
+	// many (pod servers) does not pile them up.
+	live := l.processes[:0]
+	for _, q := range l.processes {
+		if q.Running() {
+			live = append(live, q)
+		}
+	}
+	l.processes = append(live, p)
 	return p, nil
 }
 
@@ -88,10 +100,26 @@ func (p *Process) Kill() {
 
 // StopProcesses stops every process the lab started, newest first.
 func (l *Lab) StopProcesses() {
-	for i := len(l.processes) - 1; i >= 0; i-- {
-		l.processes[i].Stop(5 * time.Second)
-	}
+	l.mu.Lock()
+	ps := l.processes
 	l.processes = nil
+	l.mu.Unlock()
+	for i := len(ps) - 1; i >= 0; i-- {
+		ps[i].Stop(5 * time.Second)
+	}
+}
+
+// processesIn lists the running processes the lab started in namespace.
+func (l *Lab) processesIn(namespace string) []*Process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*Process
+	for _, p := range l.processes {
+		if p.Namespace == namespace && p.Running() {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // startForwarder starts `lab forward` as a daemon that outlives this
@@ -151,7 +179,7 @@ func (l *Lab) stopForwarder() error {
 // namespaces really frees them.
 func killNamespaceProcesses(n *labnet.Network) error {
 	var errs []error
-	for _, ns := range n.Namespaces() {
+	for _, ns := range append(n.Namespaces(), n.PodNamespaces()...) {
 		pids, err := labnet.NamespacePIDs(ns)
 		if err != nil {
 			errs = append(errs, err)

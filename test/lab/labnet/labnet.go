@@ -7,6 +7,7 @@
 //	root ns:    bridge P-br, address S.1/24 (the gateway; API forwarder listens here)
 //	P-n<i>:     eth0 = S.(10+i)/24 for Nodes[i] (i from 0), default route via S.1
 //	P-client:   eth0 = S.200/24, default route via S.1
+//	P-p<hash>:  a pod's namespace behind its node's (see [Network.AddPod])
 //
 // The root-side veth ends are P-v<i> and P-vc, enslaved to P-br. The bridge is a
 // plain L2 segment (no proxy ARP), so addresses such as S.100-S.199 that node
@@ -69,6 +70,12 @@ type Config struct {
 	// Nodes are the Kubernetes node names in order; Nodes[i] gets namespace
 	// "<Prefix>-n<i>" and address S.(10+i).
 	Nodes []string
+	// PodSubnet, if set, is where pod addresses come from ([Network.AddPod]
+	// needs it): a network inside one of the documentation /24s that does
+	// not overlap Subnet (see [ValidatePodSubnet]). It is never used in the
+	// root namespace; the client and node namespaces get routes that keep
+	// traffic to and from pod addresses out of it.
+	PodSubnet netip.Prefix
 }
 
 // Member is one namespace attached to the lab bridge; it records names only
@@ -95,6 +102,8 @@ type Network struct {
 	Nodes []Member `json:"nodes"`
 	// Client is the namespace of the outside party.
 	Client Member `json:"client"`
+	// PodSubnet is Config.PodSubnet (zero when pods are not used).
+	PodSubnet netip.Prefix `json:"podSubnet"`
 	// BridgeNetfilter is true when the host's global
 	// net.bridge.bridge-nf-call-iptables is on, so bridged lab traffic also
 	// passes the host's iptables FORWARD chain; a host with FORWARD policy
@@ -142,6 +151,13 @@ func (c Config) Validate() error {
 	if err := ValidateSubnet(c.Subnet); err != nil {
 		return err
 	}
+	if c.PodSubnet.IsValid() {
+		if err := ValidatePodSubnet(c.PodSubnet, c.Subnet); err != nil {
+			return err
+		}
+	} else if c.PodSubnet != (netip.Prefix{}) {
+		return errors.New("labnet: invalid pod subnet")
+	}
 	if len(c.Nodes) > MaxNodes {
 		return fmt.Errorf("labnet: %d nodes, at most %d allowed", len(c.Nodes), MaxNodes)
 	}
@@ -171,8 +187,9 @@ func hostAddr(subnet netip.Prefix, host byte) netip.Addr {
 // plan computes the Network for cfg without creating anything.
 func plan(cfg Config) *Network {
 	n := &Network{
-		Prefix: cfg.Prefix,
-		Subnet: cfg.Subnet,
+		Prefix:    cfg.Prefix,
+		Subnet:    cfg.Subnet,
+		PodSubnet: cfg.PodSubnet,
 		Client: Member{
 			Name:      "client",
 			Namespace: cfg.Prefix + "-client",
@@ -225,6 +242,9 @@ func (n *Network) build() error {
 		if err := attach(br, m, gw); err != nil {
 			return fmt.Errorf("labnet: namespace %s: %w", m.Namespace, err)
 		}
+	}
+	if err := n.isolatePods(); err != nil {
+		return err
 	}
 	return waitOperUp(n.Bridge(), n.members(), readyTimeout)
 }
@@ -387,7 +407,7 @@ func attach(br netlink.Link, m Member, gw netip.Addr) error {
 }
 
 // Destroy removes every network namespace and root-namespace link whose name
-// starts with "<prefix>-". It is idempotent and kills no processes; find those
+// starts with "<prefix>-", pod namespaces ("<prefix>-p...") included. It is idempotent and kills no processes; find those
 // with [NamespacePIDs] before calling it, as namespaces cannot be found by name
 // afterwards.
 func Destroy(prefix string) error {

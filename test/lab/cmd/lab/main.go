@@ -1,20 +1,28 @@
 // Command lab brings kubext's lab up and down (`make lab-up`, `make
 // lab-down`) and runs the lab's API forwarder.
 //
-//	lab up [--nodes N] [--name NAME] [--network=auto|true|false] [--crds DIR]
+//	lab up [--nodes N] [--name NAME] [--network=auto|true|false] [--subnet CIDR] [--pod-subnet CIDR] [--crds DIR]
 //	lab down [--name NAME]
 //	lab forward --listen ADDR --target ADDR [--device BRIDGE]
+//	lab podserver --listen ADDR --reply TEXT
+//
+// podserver is the lab's stand-in for a pod's workload: started inside a pod
+// network namespace, it answers every TCP connection with TEXT and a newline.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/lab/labnet"
@@ -34,6 +42,8 @@ func main() {
 		err = down(ctx, os.Args[2:])
 	case "forward":
 		err = forward(ctx, os.Args[2:])
+	case "podserver":
+		err = podserver(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -44,7 +54,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward [flags]")
+	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward|podserver [flags]")
 	os.Exit(2)
 }
 
@@ -56,6 +66,7 @@ func up(ctx context.Context, args []string) error {
 	nodes := fs.Int("nodes", 3, "number of simulated nodes")
 	network := fs.String("network", "auto", "build the network namespaces: true, false, or auto (when root)")
 	subnet := fs.String("subnet", "198.51.100.0/24", "documentation /24 of the lab bridge")
+	podSubnet := fs.String("pod-subnet", "", "documentation range of the pod IPs with the network (default: 203.0.113.0/24, or 198.51.100.0/24 when the bridge uses 203.0.113.0/24)")
 	crds := fs.String("crds", "", "directory of CRDs to install")
 	_ = fs.Parse(args)
 	prefix, err := netip.ParsePrefix(*subnet)
@@ -63,6 +74,11 @@ func up(ctx context.Context, args []string) error {
 		return err
 	}
 	opts := lab.Options{Name: *name, Nodes: *nodes, Subnet: prefix, Log: logf}
+	if *podSubnet != "" {
+		if opts.PodSubnet, err = netip.ParsePrefix(*podSubnet); err != nil {
+			return err
+		}
+	}
 	switch *network {
 	case "auto":
 		opts.Network = os.Geteuid() == 0
@@ -86,7 +102,7 @@ func up(ctx context.Context, args []string) error {
 		for _, n := range l.Nodes {
 			fmt.Printf("%s (%s %s)  ", n, l.Net.NodeNamespace(n), l.Net.NodeAddr(n))
 		}
-		fmt.Printf("\nclient namespace: %s (%s)\nagents use: %s\n", l.Net.ClientNamespace(), l.Net.ClientAddr(), l.AgentKubeconfig)
+		fmt.Printf("\nclient namespace: %s (%s)\npod IPs from: %s\nagents use: %s\n", l.Net.ClientNamespace(), l.Net.ClientAddr(), l.PodSubnet, l.AgentKubeconfig)
 	}
 	return nil
 }
@@ -128,4 +144,36 @@ func forward(ctx context.Context, args []string) error {
 	logf("Forwarding %s to %s", f.Addr(), *target)
 	<-ctx.Done()
 	return f.Close()
+}
+
+func podserver(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("podserver", flag.ExitOnError)
+	listen := fs.String("listen", "", "address to listen on, e.g. :8080")
+	reply := fs.String("reply", "", "text to answer every connection with (a newline is added)")
+	_ = fs.Parse(args)
+	if *listen == "" {
+		return errors.New("podserver: --listen is required")
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	logf("Answering on %s with %q", ln.Addr(), *reply)
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			time.Sleep(10 * time.Millisecond) // e.g. EMFILE: keep serving
+			continue
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			_, _ = io.WriteString(c, *reply+"\n")
+		}()
+	}
 }
