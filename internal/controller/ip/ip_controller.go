@@ -58,9 +58,8 @@ type Reconciler struct {
 	DeleteStalePods bool
 
 	now func() time.Time
-	// failoverStart remembers when a lost node was last seen alive, per IP,
-	// to measure failovers end to end.
-	failovers *failoverClock
+	// moveStarts and failoverStarts time attachments and failovers.
+	moveStarts, failoverStarts *stopwatch
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -164,7 +163,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.failovers = newFailoverClock()
+	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	if err := addIndexes(ctx, mgr); err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (r *Reconciler) detach(ip *ipv1.IP, why string) bool {
 	}
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonNodeLost, "Failover",
 		"Node %s stopped renewing its heartbeat; its agent has fenced itself and released %s", att, ip.Status.Address)
-	r.failovers.start(ip.Name, r.Health.LastRenewal(att))
+	r.failoverStarts.start(ip.Name, r.Health.LastRenewal(att))
 	failovers.Inc()
 	ip.Status.AttachedNode = ""
 	return true
@@ -109,8 +109,9 @@ func (r *Reconciler) moved(ctx context.Context, ip *ipv1.IP, pod, node string) {
 	if pod == "" {
 		return
 	}
-	now := metav1.NewTime(r.now())
-	ip.Status.LastMoveTime = &now
+	now := r.now()
+	ip.Status.LastMoveTime = &metav1.Time{Time: now}
+	r.moveStarts.start(ip.Name, now)
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s is assigned to pod %s on node %s", ip.Status.Address, pod, node)
 	if p := r.pod(ctx, pod); p != nil {
 		r.Recorder.Eventf(p, ip, corev1.EventTypeNormal, "HoldsIP", "Place", "This pod holds IP %s (%s) on node %s", ip.Name, ip.Status.Address, node)
@@ -119,10 +120,11 @@ func (r *Reconciler) moved(ctx context.Context, ip *ipv1.IP, pod, node string) {
 
 // attached records the agent's confirmation.
 func (r *Reconciler) attached(ip *ipv1.IP) {
-	if ip.Status.LastMoveTime != nil {
-		attachSeconds.Observe(r.now().Sub(ip.Status.LastMoveTime.Time).Seconds())
+	// In memory: the status keeps times to the second only.
+	if start, ok := r.moveStarts.done(ip.Name); ok {
+		attachSeconds.Observe(r.now().Sub(start).Seconds())
 	}
-	if start, ok := r.failovers.done(ip.Name); ok {
+	if start, ok := r.failoverStarts.done(ip.Name); ok {
 		failoverSeconds.Observe(r.now().Sub(start).Seconds())
 	}
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Attached", "Attach", "Node %s answers for %s", ip.Status.Node, ip.Status.Address)
@@ -247,16 +249,16 @@ func orNone(s string) string {
 	return s
 }
 
-// failoverClock remembers when each failing-over IP's old node was last
-// seen alive.
-type failoverClock struct {
+// stopwatch remembers when something started, per IP, to measure how long
+// it took once it is done.
+type stopwatch struct {
 	mu      sync.Mutex
 	started map[string]time.Time
 }
 
-func newFailoverClock() *failoverClock { return &failoverClock{started: map[string]time.Time{}} }
+func newStopwatch() *stopwatch { return &stopwatch{started: map[string]time.Time{}} }
 
-func (f *failoverClock) start(ip string, t time.Time) {
+func (f *stopwatch) start(ip string, t time.Time) {
 	if !t.IsZero() {
 		f.mu.Lock()
 		f.started[ip] = t
@@ -264,7 +266,7 @@ func (f *failoverClock) start(ip string, t time.Time) {
 	}
 }
 
-func (f *failoverClock) done(ip string) (time.Time, bool) {
+func (f *stopwatch) done(ip string) (time.Time, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.started[ip]
