@@ -182,4 +182,3 @@ func (r *Reconciler) allPools(ctx context.Context, _ client.Object) []reconcile.
 	}
 	return reqs
 }
-
