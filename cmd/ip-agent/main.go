@@ -1,0 +1,153 @@
+// Command ip-agent runs on every node (a DaemonSet; a local process per
+// simulated node in the lab). It renews the node's heartbeat Lease and
+// makes the node answer for exactly the static IPs placed on it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipagent"
+	"github.com/kubext/kubext/internal/netconf"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "ip-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("ip-agent", flag.ContinueOnError)
+	config.RegisterFlags(fs)
+	var (
+		node, namespace, iface, excludeSNAT, metricsAddr, probeAddr string
+		leaseDuration, renewInterval, resync                       time.Duration
+	)
+	fs.StringVar(&node, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
+	fs.StringVar(&namespace, "heartbeat-namespace", "kubext-system", "Namespace of the heartbeat Lease.")
+	fs.DurationVar(&leaseDuration, "lease-duration", 3*time.Second,
+		"Heartbeat lease duration (whole seconds): how long the controller waits before moving this node's IPs elsewhere.")
+	fs.DurationVar(&renewInterval, "renew-interval", time.Second, "How often the heartbeat is renewed.")
+	fs.StringVar(&iface, "interface", "", "Uplink interface for the static IPs (default: the interface routing to each address).")
+	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs (e.g. the pod and service CIDRs) that pods reach with their own address.")
+	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
+	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
+	opts := zap.Options{Development: true}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
+	if node == "" {
+		return errors.New("--node-name or $NODE_NAME is required")
+	}
+	var exclude []netip.Prefix
+	for _, s := range strings.Split(excludeSNAT, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("--exclude-snat: %w", err)
+		}
+		exclude = append(exclude, p)
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(ipv1.AddToScheme(scheme))
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only this node's pods.
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, Log: ctrl.Log.WithName("netconf")})
+	if err != nil {
+		return err
+	}
+	agent := &ipagent.Reconciler{
+		Client:    mgr.GetClient(),
+		Recorder:  mgr.GetEventRecorder("ip-agent"),
+		Node:      node,
+		Dataplane: dp,
+		Interface: iface,
+		Resync:    resync,
+	}
+	hb, err := heartbeat.New(heartbeat.Config{
+		Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
+		Namespace:     namespace,
+		Component:     ipcontroller.AgentComponent,
+		Node:          node,
+		Duration:      leaseDuration,
+		RenewInterval: renewInterval,
+		OnLost:        agent.Fence,
+		OnRegained:    agent.Regained,
+		Log:           ctrl.Log.WithName("heartbeat"),
+	})
+	if err != nil {
+		return err
+	}
+	agent.Lease = hb
+	if err := mgr.Add(hb); err != nil {
+		return err
+	}
+	if err := agent.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("heartbeat", func(*http.Request) error {
+		if !hb.Held() {
+			return errors.New("heartbeat lease not held")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipcontroller.AgentComponent, node), "leaseDuration", leaseDuration)
+	err = mgr.Start(ctx)
+	// Leaving: remove what this node programmed so nothing answers for an
+	// IP without an agent behind it.
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(err, dp.Flush(fctx))
+}

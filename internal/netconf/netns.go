@@ -1,0 +1,68 @@
+package netconf
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/vishvananda/netns"
+)
+
+// openNS opens the namespace at path, or the calling thread's.
+func openNS(path string) (netns.NsHandle, error) {
+	if path == "" {
+		return netns.Get()
+	}
+	return netns.GetFromPath(path)
+}
+
+// inNetNS runs fn on a new OS thread switched into ns, for what is bound to
+// the namespace of the thread that does it: opening sockets, and reading or
+// writing /proc/sys/net. The thread never switches back: it stays locked
+// and ends with its goroutine, so no other goroutine ever runs in ns.
+func inNetNS(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter network namespace: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// ensureForwarding turns on forwarding for the families in use, in the
+// namespace being programmed only: DNAT hands packets for a static address
+// to a pod behind a veth, which is forwarding. Values already on are not
+// written.
+func (d *Dataplane) ensureForwarding(f families) error {
+	var paths []string
+	if f.v4 {
+		paths = append(paths, "/proc/sys/net/ipv4/ip_forward")
+	}
+	if f.v6 {
+		paths = append(paths, "/proc/sys/net/ipv6/conf/all/forwarding")
+	}
+	if len(paths) == 0 {
+		return nil
+	}
+	return inNetNS(d.ns, func() error {
+		for _, p := range paths {
+			cur, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", p, err)
+			}
+			if strings.TrimSpace(string(cur)) == "1" {
+				continue
+			}
+			if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("enable forwarding: %w", err)
+			}
+			d.log.Info("enabled forwarding", "sysctl", strings.TrimPrefix(p, "/proc/sys/"))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,116 @@
+package netconf
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/onsi/gomega"
+	"golang.org/x/sys/unix"
+)
+
+func TestBuildRuleset(t *testing.T) {
+	g := gomega.NewWithT(t)
+	exclude := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
+	rs := buildRuleset("kubext", exclude)
+
+	g.Expect(rs.table).To(gomega.Equal(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}))
+	hooks := map[string][2]int{}
+	for _, c := range rs.chains {
+		g.Expect(c.Type).To(gomega.Equal(nftables.ChainTypeNAT))
+		hooks[c.Name] = [2]int{int(*c.Hooknum), int(*c.Priority)}
+	}
+	g.Expect(hooks).To(gomega.Equal(map[string][2]int{
+		"prerouting":  {unix.NF_INET_PRE_ROUTING, -110},
+		"output":      {unix.NF_INET_LOCAL_OUT, -110},
+		"postrouting": {unix.NF_INET_POST_ROUTING, 90},
+	}))
+	g.Expect(rs.comments()).To(gomega.Equal(map[string][]string{
+		"prerouting":  {"kubext v1: dnat ipv4", "kubext v1: dnat ipv6"},
+		"output":      {"kubext v1: dnat ipv4", "kubext v1: dnat ipv6"},
+		"postrouting": {"kubext v1: exclude 10.0.0.0/8", "kubext v1: exclude fd00::/8", "kubext v1: snat ipv4", "kubext v1: snat ipv6"},
+	}))
+
+	keyLen := map[string][2]uint32{}
+	ids := map[uint32]bool{}
+	for _, m := range rs.maps() {
+		g.Expect(m.IsMap).To(gomega.BeTrue())
+		keyLen[m.Name] = [2]uint32{m.KeyType.Bytes, m.DataType.Bytes}
+		g.Expect(ids).NotTo(gomega.HaveKey(m.ID))
+		ids[m.ID] = true
+	}
+	g.Expect(keyLen).To(gomega.Equal(map[string][2]uint32{
+		"dnat4": {4, 4}, "dnat6": {16, 16},
+		"snat4": {8, 4}, "snat6": {20, 16}, // address . interface index
+	}))
+
+	// The SNAT key is the source address followed by the outgoing
+	// interface in the next register, and the lookup names its map by id.
+	snat6 := rs.rules[len(rs.rules)-1]
+	g.Expect(snat6.Exprs[2]).To(gomega.Equal(&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regConcat, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}))
+	g.Expect(snat6.Exprs[3]).To(gomega.Equal(&expr.Meta{Key: expr.MetaKeyOIF, Register: regConcat + 4}))
+	g.Expect(snat6.Exprs[4]).To(gomega.Equal(&expr.Lookup{SourceRegister: regConcat, DestRegister: regValue, IsDestRegSet: true, SetName: "snat6", SetID: rs.snat["ipv6"].ID}))
+	g.Expect(snat6.Exprs[5]).To(gomega.Equal(&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV6, RegAddrMin: regValue}))
+
+	exclude4 := rs.rules[4]
+	g.Expect(exclude4.Exprs[3]).To(gomega.Equal(&expr.Bitwise{SourceRegister: regValue, DestRegister: regValue, Len: 4, Mask: []byte{255, 0, 0, 0}, Xor: []byte{0, 0, 0, 0}}))
+	g.Expect(exclude4.Exprs[4]).To(gomega.Equal(&expr.Cmp{Op: expr.CmpOpEq, Register: regValue, Data: []byte{10, 0, 0, 0}}))
+	g.Expect(exclude4.Exprs[5]).To(gomega.Equal(&expr.Verdict{Kind: expr.VerdictReturn}))
+}
+
+func TestMapElementsRoundTrip(t *testing.T) {
+	g := gomega.NewWithT(t)
+	in := newNATState()
+	in.dnat[addrOf("198.51.100.10")] = addrOf("10.0.0.1")
+	in.dnat[addrOf("2001:db8::10")] = addrOf("fd00::1")
+	in.snat[snatKey{Pod: addrOf("10.0.0.1"), Link: 2}] = addrOf("198.51.100.10")
+	in.snat[snatKey{Pod: addrOf("fd00::1"), Link: 70000}] = addrOf("2001:db8::10")
+
+	elems := in.elements()
+	g.Expect(elems).To(gomega.HaveLen(4))
+	g.Expect(elems["snat4"][0].Key).To(gomega.HaveLen(8))
+	g.Expect(elems["snat6"][0].Key).To(gomega.HaveLen(20))
+
+	out := newNATState()
+	for name, es := range elems {
+		g.Expect(out.decodeElements(name, es)).To(gomega.Succeed())
+	}
+	g.Expect(out).To(gomega.Equal(in))
+
+	g.Expect(out.decodeElements("snat4", []nftables.SetElement{{Key: []byte{1, 2, 3}, Val: []byte{1, 2, 3, 4}}})).NotTo(gomega.Succeed())
+	g.Expect(out.decodeElements("dnat4", []nftables.SetElement{{Key: []byte{1, 2, 3, 4}, Val: []byte{1}}})).NotTo(gomega.Succeed())
+}
+
+func TestDiffElements(t *testing.T) {
+	g := gomega.NewWithT(t)
+	e := func(k, v byte) nftables.SetElement { return nftables.SetElement{Key: []byte{k}, Val: []byte{v}} }
+	have := []nftables.SetElement{e(1, 1), e(2, 2), e(3, 3)}
+	want := []nftables.SetElement{e(1, 1), e(2, 9), e(4, 4)}
+	del, add := diffElements(have, want)
+	g.Expect(del).To(gomega.ConsistOf(nftables.SetElement{Key: []byte{2}}, nftables.SetElement{Key: []byte{3}}))
+	g.Expect(add).To(gomega.ConsistOf(e(2, 9), e(4, 4)))
+
+	del, add = diffElements(want, want)
+	g.Expect(del).To(gomega.BeEmpty())
+	g.Expect(add).To(gomega.BeEmpty())
+}
+
+func FuzzDecodeElements(f *testing.F) {
+	f.Add("snat4", []byte{10, 0, 0, 1, 2, 0, 0, 0}, []byte{198, 51, 100, 10})
+	f.Add("dnat6", []byte{}, []byte{1})
+	f.Fuzz(func(t *testing.T, name string, key, val []byte) {
+		if len(name) < 4 {
+			return
+		}
+		n := newNATState()
+		if err := n.decodeElements(name, []nftables.SetElement{{Key: key, Val: val}}); err != nil {
+			return
+		}
+		for k := range n.snat {
+			if !k.Pod.IsValid() {
+				t.Errorf("invalid pod from key %x", key)
+			}
+		}
+	})
+}
