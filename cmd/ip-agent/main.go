@@ -51,9 +51,9 @@ func run(ctx context.Context, args []string) error {
 	)
 	fs.StringVar(&node, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&namespace, "heartbeat-namespace", "kubext-system", "Namespace of the heartbeat Lease.")
-	fs.DurationVar(&leaseDuration, "lease-duration", 3*time.Second,
+	fs.DurationVar(&leaseDuration, "lease-duration", 2*time.Second,
 		"Heartbeat lease duration (whole seconds): how long the controller waits before moving this node's IPs elsewhere.")
-	fs.DurationVar(&renewInterval, "renew-interval", time.Second, "How often the heartbeat is renewed.")
+	fs.DurationVar(&renewInterval, "renew-interval", 500*time.Millisecond, "How often the heartbeat is renewed.")
 	fs.StringVar(&iface, "interface", "", "Uplink interface for the static IPs (default: the interface routing to each address).")
 	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs (e.g. the pod and service CIDRs) that pods reach with their own address.")
 	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
@@ -99,7 +99,11 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, Log: ctrl.Log.WithName("netconf")})
+	// The kernel drops the addresses one lease duration after the last
+	// renewal unless refreshed: the backstop for an agent killed before it
+	// could fence.
+	lifetime := (leaseDuration + time.Second - 1) / time.Second * time.Second
+	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, AddressLifetime: lifetime, Log: ctrl.Log.WithName("netconf")})
 	if err != nil {
 		return err
 	}
@@ -120,6 +124,11 @@ func run(ctx context.Context, args []string) error {
 		RenewInterval: renewInterval,
 		OnLost:        agent.Fence,
 		OnRegained:    agent.Regained,
+		OnRenewed: func() {
+			if err := dp.Refresh(); err != nil {
+				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
+			}
+		},
 		Log:           ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {

@@ -48,8 +48,9 @@ type Config struct {
 	// least half of Duration). It must be shorter than Duration.
 	FenceAfter time.Duration
 	// OnLost is called once when the hold lapses; OnRegained once when a
-	// renewal succeeds again after that.
-	OnLost, OnRegained func()
+	// renewal succeeds again after that; OnRenewed after every successful
+	// renewal.
+	OnLost, OnRegained, OnRenewed func()
 	Log                logr.Logger
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
@@ -94,6 +95,9 @@ func New(cfg Config) (*Heartbeat, error) {
 	}
 	if cfg.OnRegained == nil {
 		cfg.OnRegained = func() {}
+	}
+	if cfg.OnRenewed == nil {
+		cfg.OnRenewed = func() {}
 	}
 	return &Heartbeat{cfg: cfg}, nil
 }
@@ -161,6 +165,7 @@ func (h *Heartbeat) renew(ctx context.Context) {
 		h.cfg.Log.Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
 		h.cfg.OnRegained()
 	}
+	h.cfg.OnRenewed()
 }
 
 func (h *Heartbeat) write(ctx context.Context, start time.Time) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -144,17 +145,37 @@ func parseAddr(m []byte) (hostAddr, error) {
 // (preferred lifetime 0), so the node never picks them as the source of
 // its own traffic; IPv4 /32s are not chosen for other destinations anyway.
 func (d *Dataplane) addAddress(ip netip.Addr, link linkInfo) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+	return d.writeAddress(ip, link, false)
+}
+
+// writeAddress adds the address, or with replace rewrites an existing one,
+// which restarts its lifetime.
+func (d *Dataplane) writeAddress(ip netip.Addr, link linkInfo, replace bool) error {
+	op := unix.NLM_F_CREATE | unix.NLM_F_EXCL | unix.NLM_F_ACK
+	if replace {
+		op = unix.NLM_F_REPLACE | unix.NLM_F_ACK
+	}
+	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, op)
 	req.Sockets = d.rt
 	addAddrHeader(req, ip, link.Index)
 	flags := uint32(unix.IFA_F_NOPREFIXROUTE)
+	valid := uint32(math.MaxUint32) // forever
+	if d.opts.AddressLifetime > 0 {
+		valid = uint32(d.opts.AddressLifetime / time.Second)
+	}
 	if ip.Is6() {
 		flags |= unix.IFA_F_NODAD
-		// Valid forever, preferred for 0 seconds: deprecated.
-		ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: math.MaxUint32}}
+		// Preferred for 0 seconds: deprecated.
+		ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: valid}}
 		req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, ci.Serialize()))
-	} else if label := addrLabel(link.Name); label != "" {
-		req.AddData(nl.NewRtAttr(unix.IFA_LABEL, nl.ZeroTerminated(label)))
+	} else {
+		if valid != math.MaxUint32 {
+			ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: valid, Prefered: valid}}
+			req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, ci.Serialize()))
+		}
+		if label := addrLabel(link.Name); label != "" {
+			req.AddData(nl.NewRtAttr(unix.IFA_LABEL, nl.ZeroTerminated(label)))
+		}
 	}
 	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(flags)))
 	req.AddData(nl.NewRtAttr(ifaProto, []byte{AddressProtocol}))

@@ -497,3 +497,35 @@ func masquerade(t *testing.T, topo *topology) {
 		t.Fatal(err)
 	}
 }
+
+// With a lifetime, the kernel removes addresses nobody refreshes: an agent
+// killed without fencing stops answering by itself. Refreshed addresses
+// stay.
+func TestAddressLifetimeIsADeadMansSwitch(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	d := newDataplane(t, topo, func(o *Options) { o.AddressLifetime = time.Second })
+	want := []Assignment{{Address: staticV4, PodIP: podV4, Interface: "eth0"}, {Address: staticV6, PodIP: podV6, Interface: "eth0"}}
+	apply(t, d, want...)
+
+	// Refreshed every 300 ms for 3 s: still there, and Apply sees no drift.
+	for range 10 {
+		g.Expect(d.Refresh()).To(gomega.Succeed())
+		time.Sleep(300 * time.Millisecond)
+	}
+	g.Expect(d.Current()).To(gomega.Equal(want))
+	g.Expect(apply(t, d, want...).Changed()).To(gomega.BeFalse())
+
+	// Nobody refreshes (the agent was SIGKILLed): the kernel removes both
+	// addresses within a few seconds.
+	g.Eventually(func() ([]Assignment, error) {
+		cur, err := d.Current()
+		var left []Assignment
+		for _, a := range cur {
+			if a.Address.IsValid() {
+				left = append(left, a)
+			}
+		}
+		return left, err
+	}, 10*time.Second, 200*time.Millisecond).Should(gomega.BeEmpty())
+}

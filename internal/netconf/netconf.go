@@ -92,6 +92,14 @@ type Options struct {
 	// most 16, ascending, up to one minute. Default 0, 250ms, 1s.
 	Announcements []time.Duration
 
+	// AddressLifetime, when set (whole seconds), makes the kernel itself
+	// remove kubext's addresses that long after they were last added or
+	// refreshed (Refresh). The agent refreshes on every heartbeat renewal,
+	// so an agent killed without the chance to fence (SIGKILL, OOM) stops
+	// answering on its own instead of keeping the address for ever. Zero
+	// keeps addresses until they are removed.
+	AddressLifetime time.Duration
+
 	// Log receives what the Dataplane changes. Default: discard.
 	Log logr.Logger
 }
@@ -120,6 +128,9 @@ func (o Options) withDefaults() (Options, error) {
 		if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() {
 			return o, fmt.Errorf("ExcludeSNAT entry %s must be a canonical prefix with no bits set after its length", p)
 		}
+	}
+	if o.AddressLifetime < 0 || o.AddressLifetime%time.Second != 0 || o.AddressLifetime > math.MaxUint32*time.Second {
+		return o, fmt.Errorf("address lifetime %s must be a whole, positive number of seconds", o.AddressLifetime)
 	}
 	if len(o.Announcements) == 0 {
 		o.Announcements = defaultAnnouncements
@@ -267,6 +278,38 @@ var errClosed = errors.New("netconf: dataplane is closed")
 // desired it writes nothing. The error is non-nil when anything is not as
 // desired; the Report says what, per address. Addresses in desired must be
 // unique, and so must pod IPs.
+// Refresh restarts the lifetime of every address kubext has on the node
+// (see Options.AddressLifetime). It changes nothing else.
+func (d *Dataplane) Refresh() error {
+	if d.opts.AddressLifetime == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return errClosed
+	}
+	links, err := d.links()
+	if err != nil {
+		return fmt.Errorf("netconf: %w", err)
+	}
+	cur, err := d.read(links)
+	if err != nil {
+		return fmt.Errorf("netconf: %w", err)
+	}
+	var errs []error
+	for _, a := range cur.addrs {
+		link, ok := links.byIndex[a.LinkIndex]
+		if !ok {
+			continue
+		}
+		if err := d.writeAddress(a.IP, link, true); err != nil {
+			errs = append(errs, fmt.Errorf("refresh %s on %s: %w", a.IP, link.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
