@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string) error {
 	config.RegisterFlags(fs)
 	var (
 		node, namespace, iface, excludeSNAT, metricsAddr, probeAddr string
-		leaseDuration, renewInterval, resync                       time.Duration
+		leaseDuration, renewInterval, resync                        time.Duration
 	)
 	fs.StringVar(&node, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&namespace, "heartbeat-namespace", "kubext-system", "Namespace of the heartbeat Lease.")
@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string) error {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
-		Log:           ctrl.Log.WithName("heartbeat"),
+		Log: ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err

@@ -51,7 +51,7 @@ type Config struct {
 	// renewal succeeds again after that; OnRenewed after every successful
 	// renewal.
 	OnLost, OnRegained, OnRenewed func()
-	Log                logr.Logger
+	Log                           logr.Logger
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
 }
