@@ -107,6 +107,12 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// An agent that does not hold its heartbeat answers for nothing: what a
+	// previous run left (it may have been killed before it could fence, and
+	// the IPs may have moved since) goes before anything else.
+	if err := dp.Flush(ctx); err != nil {
+		return fmt.Errorf("removing what a previous run programmed: %w", err)
+	}
 	agent := &ipagent.Reconciler{
 		Client:    mgr.GetClient(),
 		Recorder:  mgr.GetEventRecorder("ip-agent"),

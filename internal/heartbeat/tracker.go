@@ -24,8 +24,9 @@ type Tracker struct {
 	now       func() time.Time
 	changes   chan event.GenericEvent
 
-	mu    sync.Mutex
-	nodes map[string]*observation
+	mu     sync.Mutex
+	nodes  map[string]*observation
+	synced func() bool
 }
 
 type observation struct {
@@ -167,7 +168,7 @@ func (t *Tracker) Watch(ctx context.Context, c cache.Cache) error {
 	if err != nil {
 		return err
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.observe(obj) },
 		UpdateFunc: func(_, obj any) { t.observe(obj) },
 		DeleteFunc: func(obj any) {
@@ -179,7 +180,23 @@ func (t *Tracker) Watch(ctx context.Context, c cache.Cache) error {
 			}
 		},
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.synced = reg.HasSynced
+	t.mu.Unlock()
+	return nil
+}
+
+// Synced reports whether the Tracker has seen every Lease that existed
+// when it started. Until then it knows nothing, and a controller must not
+// decide from it: a node it has not heard from yet is not a dead node.
+func (t *Tracker) Synced() bool {
+	t.mu.Lock()
+	synced := t.synced
+	t.mu.Unlock()
+	return synced != nil && synced()
 }
 
 func (t *Tracker) observe(obj any) {

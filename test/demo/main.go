@@ -7,13 +7,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/kubext/kubext/test/lab"
 )
@@ -33,6 +30,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"The lab: a real control plane with simulated nodes", labScenario},
+	{"Static IP: one fixed address for a partner, in and out, moved in seconds on node failure", staticIPScenario},
 }
 
 func main() {
@@ -94,48 +92,14 @@ func run(ctx context.Context) (err error) {
 	return nil
 }
 
-// startManager runs bin/manager against the lab with leader election, the
-// way it runs in a cluster, and waits until it reports ready.
+// startManager runs the manager against the lab.
 func (d *demo) startManager(ctx context.Context) error {
 	step("Starting the manager (all controllers, leader election on)")
-	metrics, probes, err := freeAddr(), freeAddr(), error(nil)
-	if metrics == "" || probes == "" {
-		return fmt.Errorf("no free port on 127.0.0.1")
-	}
-	p, err := d.lab.Start("manager", "", filepath.Join(d.root, "bin", "manager"), []string{
-		"--kubeconfig", d.lab.Kubeconfig, "--leader-elect", "--leader-election-namespace", "kube-system",
-		"--metrics-bind-address", metrics, "--health-probe-bind-address", probes,
-	})
+	m, err := d.lab.StartManager(ctx, "manager")
 	if err != nil {
 		return err
 	}
-	d.metricsURL = "http://" + metrics + "/metrics"
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get("http://" + probes + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if !p.Running() {
-			return fmt.Errorf("the manager exited; see %s", p.Log)
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("the manager did not become ready; see %s", p.Log)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	say("Manager ready: probes on %s, metrics on %s, log in %s", probes, d.metricsURL, p.Log)
+	d.metricsURL = m.MetricsURL
+	say("Manager ready: metrics on %s, log in %s", d.metricsURL, m.Log)
 	return nil
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return ""
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -77,6 +77,11 @@ type Reconciler struct {
 
 // Reconcile brings one IP's reservation, holder and placement up to date.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	if !r.Health.Synced() {
+		// Right after a start nobody's heartbeat has been seen yet; deciding
+		// now would take every node for dead.
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
 	ip := &ipv1.IP{}
 	if err := r.Get(ctx, req.NamespacedName, ip); err != nil {
 		if apierrors.IsNotFound(err) {

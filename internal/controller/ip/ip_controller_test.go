@@ -308,3 +308,40 @@ func k8sWatch(ctx context.Context, name string) (func() []ipv1.IP, error) {
 	}()
 	return func() []ipv1.IP { <-done; return versions }, nil
 }
+
+// A manual move goes to the requested standby; a request for a pod that is
+// not an eligible standby is refused with an Event. Either way the request
+// is removed once handled.
+func TestManualMove(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.32/29")
+	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
+	startAgent(t, n1)
+	startAgent(t, n2)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, "192.0.2.51")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(n1))
+	f.pod(f.name("second"), name, n2, "192.0.2.52")
+	standby := "default/" + f.name("second")
+	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(Equal([]string{standby}))
+
+	annotate := func(to string) {
+		ip := f.ip(name)
+		orig := ip.DeepCopy()
+		ip.Annotations = map[string]string{ipv1.AnnotationMoveTo: to}
+		f.g.Expect(k8s.Patch(f.ctx, ip, client.MergeFrom(orig))).To(Succeed())
+	}
+	annotate(standby)
+	f.g.Eventually(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.Pod).To(Equal(standby))
+		g.Expect(ip.Status.AttachedNode).To(Equal(n2))
+		g.Expect(ip.Annotations).NotTo(HaveKey(ipv1.AnnotationMoveTo))
+	}, waitFor).Should(Succeed())
+
+	annotate("default/nosuch")
+	f.g.Eventually(func() map[string]string { return f.ip(name).Annotations }, waitFor).ShouldNot(HaveKey(ipv1.AnnotationMoveTo))
+	f.g.Expect(f.ip(name).Status.Pod).To(Equal(standby))
+	f.g.Eventually(func() *eventsv1.Event { return ipEvent(f.ctx, name, "MoveRefused") }, waitFor).ShouldNot(BeNil())
+}

@@ -31,7 +31,10 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	current := r.moveRequest(ctx, ip, claimants, allowed)
+	current, cleared, err := r.moveRequest(ctx, ip, claimants, allowed)
+	if err != nil || cleared {
+		return ctrl.Result{}, err
+	}
 	holding := ipam.ChooseHolder(current, claimants, r.Health.Healthy, allowed)
 	ip.Status.Standbys = keys(holding.Standbys)
 
@@ -180,25 +183,32 @@ func (r *Reconciler) nodeAllowed(ctx context.Context, ip *ipv1.IP) (func(string)
 	}, nil
 }
 
-// moveRequest honours the ip.kubext.io/move-to annotation once: it returns
-// the pod that should be treated as the holder.
-func (r *Reconciler) moveRequest(ctx context.Context, ip *ipv1.IP, claimants []ipam.Claimant, allowed func(string) bool) string {
+// moveRequest honours the ip.kubext.io/move-to annotation: it returns the
+// pod to treat as the holder. The annotation is removed only once the move
+// is recorded in status (or refused), so that a crash in between loses
+// nothing; cleared reports that it was removed in this call, and the
+// reconcile stops there (the update brings it back).
+func (r *Reconciler) moveRequest(ctx context.Context, ip *ipv1.IP, claimants []ipam.Claimant,
+	allowed func(string) bool) (current string, cleared bool, err error) {
 	to, ok := ip.Annotations[ipv1.AnnotationMoveTo]
 	if !ok {
-		return ip.Status.Pod
+		return ip.Status.Pod, false, nil
 	}
-	orig := ip.DeepCopy()
-	delete(ip.Annotations, ipv1.AnnotationMoveTo)
-	if err := r.Patch(ctx, ip, client.MergeFrom(orig)); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Removing the move-to annotation")
+	if ip.Status.Pod == to {
+		return to, true, r.clearMoveRequest(ctx, ip)
 	}
-	h := ipam.ChooseHolder(to, claimants, r.Health.Healthy, allowed)
-	if h.Holder.Key != to {
+	if ipam.ChooseHolder(to, claimants, r.Health.Healthy, allowed).Holder.Key != to {
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, "MoveRefused", "Move",
 			"Cannot move %s to %s: it is not a Ready claimant on a healthy, allowed node", ip.Name, to)
-		return ip.Status.Pod
+		return ip.Status.Pod, true, r.clearMoveRequest(ctx, ip)
 	}
-	return to
+	return to, false, nil
+}
+
+func (r *Reconciler) clearMoveRequest(ctx context.Context, ip *ipv1.IP) error {
+	orig := ip.DeepCopy()
+	delete(ip.Annotations, ipv1.AnnotationMoveTo)
+	return r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 }
 
 // deleteStalePods deletes claiming pods stuck on nodes whose agent is lost,
