@@ -73,7 +73,7 @@ verify-generated: generate manifests ## Fail when generated code or CRDs are out
 ##@ Test
 
 .PHONY: test
-test: tools ## Run all tests: unit, envtest, lab e2e (network parts need root).
+test: tools build ## Run all tests: unit, envtest, lab e2e (network parts need root).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
@@ -82,7 +82,7 @@ test-unit: tools ## Run unit and envtest tests only.
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 
 .PHONY: test-e2e
-test-e2e: tools ## Run the lab e2e tests only.
+test-e2e: tools build ## Run the lab e2e tests only.
 	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 ##@ Lab
@@ -98,6 +98,12 @@ lab-down: $(BIN)/lab ## Remove the lab and everything it created.
 .PHONY: demo
 demo: tools build ## Bring up the lab, run the manager and agents, walk through each operator.
 	go run ./test/demo
+
+##@ Benchmarks (results in docs/benchmarks.md)
+
+.PHONY: bench-failover
+bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency. Needs root.
+	go run ./test/bench/failover
 
 ##@ Build
 

@@ -1,0 +1,369 @@
+// Command failover is `make bench-failover`: it measures, on the lab, how
+// long a client probing a static IP every 50 ms goes unanswered when the
+// holder's node dies with a standby present, over many trials, and how long
+// an IP takes to become Ready once its pod is. The last line of its output
+// is machine-readable.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/lab/labnet"
+)
+
+func main() {
+	trials := flag.Int("trials", 20, "node failures to measure")
+	attachTrials := flag.Int("attach-trials", 20, "attachments to measure")
+	leaseDuration := flag.Duration("lease-duration", 2*time.Second, "ip-agent --lease-duration")
+	renew := flag.Duration("renew-interval", 500*time.Millisecond, "ip-agent --renew-interval")
+	flag.Parse()
+	if err := run(*trials, *attachTrials, *leaseDuration, *renew); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-failover:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	lab    *lab.Lab
+	c      client.Client
+	agents []string
+}
+
+func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err error) {
+	ctx := context.Background()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root: the data plane runs in network namespaces")
+	}
+	l, err := lab.Up(ctx, lab.Options{Name: "bench-failover", Prefix: "kxb", Nodes: 3, Network: true,
+		CRDDirs: []string{"config/crd/bases"}, Log: func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) }})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if derr := l.Down(ctx); err == nil {
+			err = derr
+		}
+	}()
+	b := &bench{lab: l}
+	if b.c, err = newClient(l); err != nil {
+		return err
+	}
+	if _, err := l.StartManager(ctx, "manager", "--controllers=ip,ippool"); err != nil {
+		return err
+	}
+	agentArgs := []string{"--lease-duration", leaseDuration.String(), "--renew-interval", renew.String()}
+	b.agents = agentArgs
+	for _, n := range l.Nodes {
+		if _, err := l.StartIPAgent(ctx, n, agentArgs...); err != nil {
+			return err
+		}
+	}
+	pods, err := l.StartPodNetwork(ctx)
+	if err != nil {
+		return err
+	}
+	defer pods.Stop()
+
+	pool := netip.PrefixFrom(nth(l.Net.Subnet, 96), 28)
+	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}}}); err != nil {
+		return err
+	}
+	fmt.Printf("Settings: ip-agent --lease-duration=%s --renew-interval=%s; probe every 50 ms, 100 ms timeout\n", leaseDuration, renew)
+
+	downtimes, err := b.failovers(ctx, trials, nth(l.Net.Subnet, 100))
+	if err != nil {
+		return err
+	}
+	attaches, err := b.attachments(ctx, attachTrials)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nfailover downtime (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
+		pct(downtimes, 50), pct(downtimes, 99), slices.Max(downtimes), len(downtimes))
+	fmt.Printf("attach latency, pod Ready -> IP Ready (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
+		pct(attaches, 50), pct(attaches, 99), slices.Max(attaches), len(attaches))
+	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g\n",
+		pct(downtimes, 50), pct(downtimes, 99), slices.Max(downtimes), pct(attaches, 50), pct(attaches, 99),
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds())
+	return nil
+}
+
+// failovers kills the holder's node trials times and measures the outage
+// the client sees.
+func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]float64, error) {
+	if err := b.c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: ipv1.IPSpec{Address: addr.String()}}); err != nil {
+		return nil, err
+	}
+	if err := b.c.Create(ctx, deployment("bench", "bench", 2)); err != nil {
+		return nil, err
+	}
+	var downtimes []float64
+	for i := range trials {
+		ip, err := b.waitIP(ctx, "bench", func(ip *ipv1.IP) bool { return ready(ip) && len(ip.Status.Standbys) > 0 }, 2*time.Minute)
+		if err != nil {
+			return nil, fmt.Errorf("trial %d: %w", i+1, err)
+		}
+		holder, node := podOf(ip.Status.Pod), ip.Status.Node
+		if _, err := askUntil(b.lab.Net.ClientNamespace(), addr, holder, 30*time.Second); err != nil {
+			return nil, fmt.Errorf("trial %d: %w", i+1, err)
+		}
+		probe := startProbe(b.lab.Net.ClientNamespace(), addr)
+		time.Sleep(300 * time.Millisecond)
+		if err := b.lab.KillNode(ctx, node); err != nil {
+			return nil, err
+		}
+		killed := time.Now()
+		down, by, err := probe.outage(killed, holder, 30*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("trial %d: %w", i+1, err)
+		}
+		downtimes = append(downtimes, down.Seconds())
+		fmt.Printf("trial %2d: killed %s (holder %s): %s answered after %.2f s of silence\n", i+1, node, holder, by, down.Seconds())
+		// Bring the node back and replace its pod, so the next trial has a
+		// standby again.
+		if err := b.lab.ReviveNode(ctx, node); err != nil {
+			return nil, err
+		}
+		if _, err := b.lab.StartIPAgent(ctx, node, b.agents...); err != nil {
+			return nil, err
+		}
+		if err := b.c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: holder}},
+			client.GracePeriodSeconds(0)); err != nil {
+			return nil, err
+		}
+	}
+	return downtimes, nil
+}
+
+// attachments creates IPs claimed by one fresh pod each and measures from
+// the pod turning Ready to the IP turning Ready, both as observed here.
+func (b *bench) attachments(ctx context.Context, n int) ([]float64, error) {
+	var out []float64
+	for i := range n {
+		name := fmt.Sprintf("attach-%02d", i)
+		if err := b.c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: "bench"}}); err != nil {
+			return nil, err
+		}
+		if err := b.c.Create(ctx, deployment(name, name, 1)); err != nil {
+			return nil, err
+		}
+		var podReady, ipReady time.Time
+		deadline := time.Now().Add(time.Minute)
+		for podReady.IsZero() || ipReady.IsZero() {
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%s: pod or IP not Ready within a minute", name)
+			}
+			now := time.Now()
+			if podReady.IsZero() {
+				pods := &corev1.PodList{}
+				if err := b.c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{"app": name}); err == nil {
+					for _, p := range pods.Items {
+						if podIsReady(&p) {
+							podReady = now
+						}
+					}
+				}
+			}
+			if ipReady.IsZero() {
+				ip := &ipv1.IP{}
+				if err := b.c.Get(ctx, client.ObjectKey{Name: name}, ip); err == nil && ready(ip) {
+					ipReady = now
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out = append(out, max(ipReady.Sub(podReady), 0).Seconds())
+		// Free the pool address and the node for the next one.
+		_ = b.c.Delete(ctx, deployment(name, name, 1))
+		_ = b.c.Delete(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	return out, nil
+}
+
+// probe asks the address every 50 ms from the client namespace and records
+// who answered when.
+type probe struct {
+	results chan answer
+	stop    chan struct{}
+}
+
+type answer struct {
+	at  time.Time
+	who string // "" when nobody answered
+}
+
+func startProbe(clientNS string, addr netip.Addr) *probe {
+	p := &probe{results: make(chan answer, 4096), stop: make(chan struct{})}
+	go func() {
+		_ = labnet.Do(clientNS, func() error {
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-p.stop:
+					close(p.results)
+					return nil
+				case <-tick.C:
+				}
+				who, _ := askHere(addr, 100*time.Millisecond)
+				select {
+				case p.results <- answer{at: time.Now(), who: who}:
+				default:
+				}
+			}
+		})
+	}()
+	return p
+}
+
+// outage is the silence around the kill: from the holder's last answer
+// before it to the first answer of another pod after it.
+func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (time.Duration, string, error) {
+	defer close(p.stop)
+	var lastHolder time.Time
+	deadline := time.After(timeout)
+	for {
+		select {
+		case a := <-p.results:
+			switch {
+			case a.who == holder && a.at.Before(killed):
+				lastHolder = a.at
+			case a.who != "" && a.who != holder && a.at.After(killed):
+				if lastHolder.IsZero() {
+					lastHolder = killed
+				}
+				return a.at.Sub(lastHolder), a.who, nil
+			}
+		case <-deadline:
+			return 0, "", fmt.Errorf("no other pod answered within %s of the kill", timeout)
+		}
+	}
+}
+
+func askHere(addr netip.Addr, timeout time.Duration) (string, error) {
+	c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, lab.PodServerPort).String(), timeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	b, err := io.ReadAll(c)
+	return strings.TrimSpace(string(b)), err
+}
+
+func askUntil(clientNS string, addr netip.Addr, want string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var reply string
+		err := labnet.Do(clientNS, func() (err error) { reply, err = askHere(addr, 200*time.Millisecond); return err })
+		if err == nil && reply == want {
+			return reply, nil
+		}
+		if time.Now().After(deadline) {
+			return reply, fmt.Errorf("%s did not answer as %s within %s (last %q, %v)", addr, want, timeout, reply, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *bench) waitIP(ctx context.Context, name string, ok func(*ipv1.IP) bool, timeout time.Duration) (*ipv1.IP, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ip := &ipv1.IP{}
+		if err := b.c.Get(ctx, client.ObjectKey{Name: name}, ip); err == nil && ok(ip) {
+			return ip, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("IP %s not ready with a standby within %s: %+v", name, timeout, ip.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func deployment(name, ip string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{ipv1.AnnotationIP: ip}},
+				Spec: corev1.PodSpec{
+					Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
+					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname",
+						}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+func newClient(l *lab.Lab) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(ipv1.AddToScheme(scheme))
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+func ready(ip *ipv1.IP) bool {
+	return meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady)
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podOf(key string) string { _, name, _ := strings.Cut(key, "/"); return name }
+
+func nth(p netip.Prefix, n int) netip.Addr {
+	a := p.Masked().Addr()
+	for range n {
+		a = a.Next()
+	}
+	return a
+}
+
+// pct is the p-th percentile (nearest rank) of xs.
+func pct(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
