@@ -152,7 +152,9 @@ func gatewayDeployment() *appsv1.Deployment {
 	}
 }
 
-func ready(ip *ipv1.IP) bool { return meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady) }
+func ready(ip *ipv1.IP) bool {
+	return meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady)
+}
 
 func waitIP(ctx context.Context, c client.Client, name string, ok func(*ipv1.IP) bool) (*ipv1.IP, error) {
 	deadline := time.Now().Add(time.Minute)

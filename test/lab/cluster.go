@@ -50,12 +50,14 @@ options:
 {{- end }}
 {{- end }}
 {{- if .PodCIDR }}
----
-kind: KwokConfiguration
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-options:
-  # Pod IPs of nodes without a spec.podCIDR of their own.
-  cidr: {{ .PodCIDR }}
+componentsPatches:
+- name: kwok-controller
+  extraArgs:
+  # Pod IPs of nodes without a spec.podCIDR of their own. (A flag, not a
+  # KwokConfiguration: kwok does not default the options such a file leaves
+  # out.)
+  - key: cidr
+    value: {{ .PodCIDR }}
 {{- end }}
 `))
 

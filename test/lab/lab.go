@@ -258,7 +258,7 @@ func (l *Lab) Down(ctx context.Context) error {
 	pn := l.podNet
 	l.mu.Unlock()
 	if pn != nil {
-		errs = append(errs, pn.Stop())
+		errs = append(errs, pn.Close())
 	}
 	l.StopProcesses()
 	if l.Net != nil || l.ForwarderPID != 0 {

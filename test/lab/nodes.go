@@ -208,7 +208,7 @@ func (l *Lab) KillNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range l.processesIn(ns) {
+	for _, p := range l.ProcessesIn(ns) {
 		p.Kill()
 	}
 	if err := l.Net.CutOff(name); err != nil {

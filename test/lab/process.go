@@ -109,8 +109,9 @@ func (l *Lab) StopProcesses() {
 	}
 }
 
-// processesIn lists the running processes the lab started in namespace.
-func (l *Lab) processesIn(namespace string) []*Process {
+// ProcessesIn lists the running processes the lab started in the network
+// namespace ("" for the root namespace), e.g. a node's agent.
+func (l *Lab) ProcessesIn(namespace string) []*Process {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []*Process

@@ -478,12 +478,12 @@ func linkList() ([]netlink.Link, error) {
 	return nil, err
 }
 
-// checkSubnetFree refuses a subnet that a non-lab link of the root namespace
-// already uses (address or route), e.g. another lab with a different prefix.
 // ErrSubnetInUse means the lab's subnet is already used on this machine, by
 // the host itself or by another lab.
 var ErrSubnetInUse = errors.New("subnet already in use")
 
+// checkSubnetFree refuses a subnet that a non-lab link of the root namespace
+// already uses (address or route), e.g. another lab with a different prefix.
 func checkSubnetFree(prefix string, subnet netip.Prefix) error {
 	links, err := linkList()
 	if err != nil {

@@ -47,7 +47,9 @@ func newLab(t *testing.T, nodes ...string) *Network {
 	return n
 }
 
-func namespacesWithPrefix(t *testing.T, prefix string) []string {
+// namespacesWithPrefix lists the named namespaces of the test lab.
+func namespacesWithPrefix(t *testing.T) []string {
+	prefix := testPrefix
 	t.Helper()
 	entries, err := os.ReadDir(netnsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -62,7 +64,9 @@ func namespacesWithPrefix(t *testing.T, prefix string) []string {
 	return out
 }
 
-func linksWithPrefix(t *testing.T, prefix string) []string {
+// linksWithPrefix lists the root-namespace links of the test lab.
+func linksWithPrefix(t *testing.T) []string {
+	prefix := testPrefix
 	t.Helper()
 	links, err := linkList()
 	if err != nil {
@@ -189,8 +193,8 @@ func TestCreateConnectivityDestroy(t *testing.T) {
 	n := newLab(t, nodes...)
 
 	// `ip netns list` reads /run/netns: the 3 node namespaces and the client.
-	g.Expect(namespacesWithPrefix(t, testPrefix)).To(ConsistOf(testPrefix+"-n0", testPrefix+"-n1", testPrefix+"-n2", testPrefix+"-client"))
-	g.Expect(linksWithPrefix(t, testPrefix)).To(ConsistOf(testPrefix+"-br", testPrefix+"-v0", testPrefix+"-v1", testPrefix+"-v2", testPrefix+"-vc"))
+	g.Expect(namespacesWithPrefix(t)).To(ConsistOf(testPrefix+"-n0", testPrefix+"-n1", testPrefix+"-n2", testPrefix+"-client"))
+	g.Expect(linksWithPrefix(t)).To(ConsistOf(testPrefix+"-br", testPrefix+"-v0", testPrefix+"-v1", testPrefix+"-v2", testPrefix+"-vc"))
 	br, err := netlink.LinkByName(n.Bridge())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(br.Attrs().Flags & net.FlagUp).NotTo(BeZero())
@@ -245,8 +249,8 @@ func TestCreateConnectivityDestroy(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 
 	g.Expect(Destroy(testPrefix)).To(Succeed())
-	g.Expect(namespacesWithPrefix(t, testPrefix)).To(BeEmpty())
-	g.Expect(linksWithPrefix(t, testPrefix)).To(BeEmpty())
+	g.Expect(namespacesWithPrefix(t)).To(BeEmpty())
+	g.Expect(linksWithPrefix(t)).To(BeEmpty())
 	g.Expect(Destroy(testPrefix)).To(Succeed(), "Destroy is idempotent")
 }
 
@@ -261,8 +265,8 @@ func TestCreateTwice(t *testing.T) {
 	newLab(t, "x", "y")
 	// A second Create replaces the first lab, even with fewer nodes.
 	n := newLab(t, "z")
-	g.Expect(namespacesWithPrefix(t, testPrefix)).To(ConsistOf(testPrefix+"-n0", testPrefix+"-client"))
-	g.Expect(linksWithPrefix(t, testPrefix)).To(ConsistOf(testPrefix+"-br", testPrefix+"-v0", testPrefix+"-vc"))
+	g.Expect(namespacesWithPrefix(t)).To(ConsistOf(testPrefix+"-n0", testPrefix+"-client"))
+	g.Expect(linksWithPrefix(t)).To(ConsistOf(testPrefix+"-br", testPrefix+"-v0", testPrefix+"-vc"))
 
 	ln := listenIn(t, n.ClientNamespace(), netip.AddrPortFrom(n.ClientAddr(), 0).String())
 	go func() {
@@ -285,7 +289,7 @@ func TestCreateRefusesSubnetInUse(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = Create(Config{Prefix: testPrefix, Subnet: testSubnet, Nodes: []string{"a"}})
 	g.Expect(err).To(MatchError(ContainSubstring("already in use")))
-	g.Expect(namespacesWithPrefix(t, testPrefix)).To(BeEmpty())
+	g.Expect(namespacesWithPrefix(t)).To(BeEmpty())
 }
 
 func TestCommandAndNamespacePIDs(t *testing.T) {
@@ -416,7 +420,7 @@ func TestDestroyWithLiveProcess(t *testing.T) {
 	// Destroy does not wait for or kill processes; it still removes every
 	// name, and the veth pair goes with its root end.
 	g.Expect(Destroy(testPrefix)).To(Succeed())
-	g.Expect(namespacesWithPrefix(t, testPrefix)).To(BeEmpty())
-	g.Expect(linksWithPrefix(t, testPrefix)).To(BeEmpty())
+	g.Expect(namespacesWithPrefix(t)).To(BeEmpty())
+	g.Expect(linksWithPrefix(t)).To(BeEmpty())
 	g.Expect(cmd.Process.Signal(syscall.Signal(0))).To(Succeed(), "process left alone")
 }
