@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -58,6 +59,9 @@ func run(ctx context.Context, args []string) error {
 		leaderElectNS  string
 		enableHTTP2    bool
 		controllerList string
+		leaseDuration  time.Duration
+		renewDeadline  time.Duration
+		retryPeriod    time.Duration
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the metrics endpoint binds to, e.g. :8443 (with --metrics-secure) or :8080; 0 disables it.")
@@ -68,6 +72,11 @@ func run(ctx context.Context, args []string) error {
 		"Elect a leader so that only one replica reconciles; the others wait as hot spares.")
 	fs.StringVar(&leaderElectNS, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (default: the pod's namespace, or kube-system out of cluster).")
+	fs.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second,
+		"How long a hot spare waits before taking over from a leader that stopped renewing (crashed without releasing).")
+	fs.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second,
+		"How long the leader keeps trying to renew before it gives up leadership.")
+	fs.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often leader election is retried.")
 	fs.BoolVar(&enableHTTP2, "enable-http2", false,
 		"Serve metrics over HTTP/2 (off by default against the HTTP/2 Rapid Reset attacks).")
 	fs.StringVar(&controllerList, "controllers", "all",
@@ -110,6 +119,9 @@ func run(ctx context.Context, args []string) error {
 		LeaderElectionID:              "manager.kubext.io",
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the node agents' heartbeats, not every Lease in the cluster.
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{ctrlOpts.heartbeatNamespace: {}}},
