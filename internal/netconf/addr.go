@@ -170,7 +170,7 @@ func (d *Dataplane) writeAddress(ip netip.Addr, link linkInfo, replace bool) err
 		req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, ci.Serialize()))
 	} else {
 		if valid != math.MaxUint32 {
-			ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: valid, Prefered: valid}}
+			ci := nl.IfaCacheInfo{IfaCacheinfo: unix.IfaCacheinfo{Valid: valid, Prefered: valid}} //nolint:misspell // x/sys spells it so
 			req.AddData(nl.NewRtAttr(unix.IFA_CACHEINFO, ci.Serialize()))
 		}
 		if label := addrLabel(link.Name); label != "" {

@@ -271,13 +271,6 @@ func (d *Dataplane) closeHandles() {
 
 var errClosed = errors.New("netconf: dataplane is closed")
 
-// Apply converges the kernel to desired: it adds what is missing, removes
-// what kubext programmed that is not desired, announces addresses that are
-// new here, and deletes the conntrack entries of addresses that were added,
-// changed or removed. It is idempotent: when the kernel is already as
-// desired it writes nothing. The error is non-nil when anything is not as
-// desired; the Report says what, per address. Addresses in desired must be
-// unique, and so must pod IPs.
 // Refresh restarts the lifetime of every address kubext has on the node
 // (see Options.AddressLifetime). It changes nothing else.
 func (d *Dataplane) Refresh() error {
@@ -310,6 +303,13 @@ func (d *Dataplane) Refresh() error {
 	return errors.Join(errs...)
 }
 
+// Apply converges the kernel to desired: it adds what is missing, removes
+// what kubext programmed that is not desired, announces addresses that are
+// new here, and deletes the conntrack entries of addresses that were added,
+// changed or removed. It is idempotent: when the kernel is already as
+// desired it writes nothing. The error is non-nil when anything is not as
+// desired; the Report says what, per address. Addresses in desired must be
+// unique, and so must pod IPs.
 func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -90,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if !ip.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, ip)
+		return ctrl.Result{}, r.reconcileDelete(ctx, ip)
 	}
 	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
 		orig := ip.DeepCopy()
