@@ -39,9 +39,13 @@ func labScenario(ctx context.Context, d *demo) error {
 		say("%-8s %-6t %-16s %s", n.Name, lab.NodeReady(&n), ip, n.Status.NodeInfo.BootID)
 	}
 
-	lease, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, "manager.kubext.io", metav1.GetOptions{})
-	if err == nil && lease.Spec.HolderIdentity != nil {
-		say("Leader lease manager.kubext.io held by %s", *lease.Spec.HolderIdentity)
+	for range 50 { // the manager is ready before it has won the election
+		lease, err := cs.CoordinationV1().Leases(lab.SystemNamespace).Get(ctx, "manager.kubext.io", metav1.GetOptions{})
+		if err == nil && lease.Spec.HolderIdentity != nil {
+			say("Leader lease %s/manager.kubext.io held by %s", lab.SystemNamespace, *lease.Spec.HolderIdentity)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	if n, err := countMetrics(d.metricsURL); err == nil {
 		say("Manager exports %d Prometheus series at %s", n, d.metricsURL)

@@ -111,8 +111,8 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 		return err
 	}
 	say("Partner -> %s still answered by %q", addr, reply)
-	if out, err := d.lab.Kubectl(ctx, "get", "events", "-n", "default",
-		"--field-selector", "regarding.name=telco-gw", "-o", "custom-columns=REASON:.reason,NOTE:.note", "--sort-by", ".metadata.creationTimestamp"); err == nil {
+	if out, err := d.lab.Kubectl(ctx, "get", "events", "-n", "default", "--field-selector", "involvedObject.kind=IP,involvedObject.name=telco-gw",
+		"-o", "custom-columns=REASON:.reason,MESSAGE:.message", "--sort-by", ".metadata.creationTimestamp"); err == nil {
 		say("Events of IP telco-gw:")
 		fmt.Print(indent(string(out)))
 	}

@@ -50,8 +50,14 @@ func (l *Lab) createNodes(ctx context.Context) error {
 		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %s: %w", name, err)
 		}
-		// kwok's node-initialize stage keeps what is set here. Only the
-		// fields named are patched: kwok may already have filled the rest.
+	}
+	for _, name := range l.Nodes {
+		if err := l.WaitNodeReady(ctx, name, true, 2*time.Minute); err != nil {
+			return err
+		}
+		// Only once kwok has initialised the node: its first status write
+		// is computed from the node as created and would undo these. Only
+		// the fields named are patched; kwok keeps them from now on.
 		status := map[string]any{
 			"capacity":    nodeResources(),
 			"allocatable": nodeResources(),
@@ -64,11 +70,6 @@ func (l *Lab) createNodes(ctx context.Context) error {
 			}
 		}
 		if err := l.patchNodeStatus(ctx, name, status); err != nil {
-			return err
-		}
-	}
-	for _, name := range l.Nodes {
-		if err := l.WaitNodeReady(ctx, name, true, 2*time.Minute); err != nil {
 			return err
 		}
 	}
