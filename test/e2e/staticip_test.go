@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -13,20 +11,16 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/lab/labnet"
+	"github.com/kubext/kubext/test/staticip"
 )
 
 // staticIPStack is the manager, one ip-agent per node and the lab's pod
@@ -56,14 +50,8 @@ func staticIP(t *testing.T) *staticIPStack {
 
 func startStaticIP(ctx context.Context) (*staticIPStack, error) {
 	s := &staticIPStack{agents: map[string]*lab.Process{}}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(ipv1.AddToScheme(scheme))
-	cfg, err := theLab.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	if s.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	var err error
+	if s.c, err = staticip.NewClient(theLab); err != nil {
 		return nil, err
 	}
 	if s.manager, err = theLab.StartManager(ctx, "manager", managerArgs...); err != nil {
@@ -90,56 +78,10 @@ const (
 	e2ePool = "203.0.113.96/28"
 )
 
-// claimingDeployment runs n pods that claim the IP, on different nodes.
-func claimingDeployment(name, ip string, n int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(n),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{ipv1.AnnotationIP: ip}},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels},
-							TopologyKey:   "kubernetes.io/hostname",
-						}},
-					}},
-				},
-			},
-		},
-	}
-}
-
 func (s *staticIPStack) ip(g Gomega, name string) *ipv1.IP {
 	ip := &ipv1.IP{}
 	g.Expect(s.c.Get(context.Background(), client.ObjectKey{Name: name}, ip)).To(Succeed())
 	return ip
-}
-
-func ready(ip *ipv1.IP) bool {
-	return meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady)
-}
-
-// ask opens a connection to the address from the client namespace and
-// returns what the pod behind it says (its name).
-func ask(addr netip.Addr, timeout time.Duration) (string, error) {
-	var reply string
-	err := labnet.Do(theLab.Net.ClientNamespace(), func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, lab.PodServerPort).String(), timeout)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(timeout))
-		b, err := io.ReadAll(c)
-		reply = strings.TrimSpace(string(b))
-		return err
-	})
-	return reply, err
 }
 
 // answersOn lists the node namespaces that have the address configured.
@@ -162,12 +104,6 @@ func answersOn(addr netip.Addr) []string {
 	return nodes
 }
 
-// podName is the pod part of a namespace/name key.
-func podName(key string) string {
-	_, name, _ := strings.Cut(key, "/")
-	return name
-}
-
 // The address answers from the holder pod in both directions, moves to the
 // standby when the holder's node dies, and the dead node stays silent when
 // it comes back.
@@ -178,10 +114,12 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	addr := netip.MustParseAddr("203.0.113.100")
 
 	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}, Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}
-	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
+	if err := s.c.Create(ctx, pool); err != nil {
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
+	}
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "partner"}, Spec: ipv1.IPSpec{Address: addr.String()}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
-	dep := claimingDeployment("partner-app", "partner", 2)
+	dep := staticip.Deployment("partner-app", "partner", 2)
 	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
 	t.Cleanup(func() {
 		_ = s.c.Delete(ctx, dep)
@@ -191,28 +129,30 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	var holder, standby, holderNode string
 	g.Eventually(func(g Gomega) {
 		ip := s.ip(g, "partner")
-		g.Expect(ready(ip)).To(BeTrue(), "IP not Ready: %v", ip.Status.Conditions)
+		g.Expect(staticip.Ready(ip)).To(BeTrue(), "IP not Ready: %v", ip.Status.Conditions)
 		g.Expect(ip.Status.Standbys).To(HaveLen(1))
-		holder, standby, holderNode = podName(ip.Status.Pod), podName(ip.Status.Standbys[0]), ip.Status.Node
+		holder, standby, holderNode = staticip.PodName(ip.Status.Pod), staticip.PodName(ip.Status.Standbys[0]), ip.Status.Node
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 
 	// In: the client reaches the holder at the fixed address.
-	g.Eventually(func() (string, error) { return ask(addr, time.Second) }, 20*time.Second, 100*time.Millisecond).Should(Equal(holder))
+	g.Eventually(func() (string, error) { return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second) }, 20*time.Second, 100*time.Millisecond).Should(Equal(holder))
 	g.Expect(answersOn(addr)).To(Equal([]string{holderNode}))
 
 	// Out: the holder's own connections reach the client from the fixed
 	// address.
-	g.Expect(clientSeesSource(s, "default/"+holder)).To(Equal(addr.String()))
+	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+holder)).To(Equal(addr.String()))
 
 	// The holder's node dies: agent gone, network cut, NotReady.
 	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
 	start := time.Now()
-	g.Eventually(func() (string, error) { return ask(addr, 100*time.Millisecond) }, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
+	g.Eventually(func() (string, error) {
+		return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, 100*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
 	t.Logf("the standby answered %s after the holder's node was killed", time.Since(start).Round(10*time.Millisecond))
 	g.Eventually(func(g Gomega) {
 		ip := s.ip(g, "partner")
-		g.Expect(podName(ip.Status.Pod)).To(Equal(standby))
-		g.Expect(ready(ip)).To(BeTrue())
+		g.Expect(staticip.PodName(ip.Status.Pod)).To(Equal(standby))
+		g.Expect(staticip.Ready(ip)).To(BeTrue())
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 
 	// The dead node comes back without its lease: it must not answer.
@@ -223,50 +163,8 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		g.Expect(answersOn(addr)).To(HaveLen(1))
 		g.Expect(answersOn(addr)).NotTo(ContainElement(holderNode))
-		g.Expect(ask(addr, time.Second)).To(Equal(standby))
+		g.Expect(staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second)).To(Equal(standby))
 	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
-}
-
-// clientSeesSource has the pod connect to a server in the client namespace
-// and returns the source address the server saw.
-func clientSeesSource(s *staticIPStack, pod string) (string, error) {
-	var ln net.Listener
-	if err := labnet.Do(theLab.Net.ClientNamespace(), func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(theLab.Net.ClientAddr(), 7071).String())
-		return err
-	}); err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	seen := make(chan string, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		c.Close()
-		seen <- host
-	}()
-	ns := s.pods.PodNamespace(pod)
-	if ns == "" {
-		return "", fmt.Errorf("pod %s has no namespace in the lab pod network", pod)
-	}
-	if err := labnet.Do(ns, func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(theLab.Net.ClientAddr(), 7071).String(), 3*time.Second)
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	}); err != nil {
-		return "", err
-	}
-	select {
-	case h := <-seen:
-		return h, nil
-	case <-time.After(3 * time.Second):
-		return "", fmt.Errorf("the client saw no connection")
-	}
 }
 
 // Restarting the manager and the agents in the middle of moves loses
@@ -281,7 +179,7 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "restarts"}, Spec: ipv1.IPSpec{Pool: "e2e-restarts"}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
-	dep := claimingDeployment("restarts-app", "restarts", 2)
+	dep := staticip.Deployment("restarts-app", "restarts", 2)
 	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
 	t.Cleanup(func() {
 		_ = s.c.Delete(ctx, dep)
@@ -290,7 +188,7 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 	})
 	g.Eventually(func(g Gomega) {
 		ip := s.ip(g, "restarts")
-		g.Expect(ready(ip)).To(BeTrue())
+		g.Expect(staticip.Ready(ip)).To(BeTrue())
 		g.Expect(ip.Status.Address).To(Equal(addr.String()))
 		g.Expect(ip.Status.Standbys).To(HaveLen(1))
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
@@ -315,10 +213,10 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 
 		g.Eventually(func(g Gomega) {
 			ip := s.ip(g, "restarts")
-			g.Expect(ready(ip)).To(BeTrue())
+			g.Expect(staticip.Ready(ip)).To(BeTrue())
 			g.Expect(ip.Status.AttachedNode).To(Equal(ip.Status.Node))
 			g.Expect(answersOn(addr)).To(Equal([]string{ip.Status.Node}))
-			g.Expect(ask(addr, time.Second)).To(Equal(podName(ip.Status.Pod)))
+			g.Expect(staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second)).To(Equal(staticip.PodName(ip.Status.Pod)))
 			g.Expect(ip.Status.Pod).To(Equal(to), "the requested move happened")
 		}, time.Minute, 200*time.Millisecond).Should(Succeed(), "round %d", round)
 	}
@@ -327,4 +225,59 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 	g.Expect(s.c.List(ctx, list, client.MatchingLabels{ipv1.LabelPool: "e2e-restarts"})).To(Succeed())
 	g.Expect(list.Items).To(HaveLen(1))
 	g.Expect(list.Items[0].Name).To(Equal(addr.String()))
+}
+
+// Fifty clients create IPs for one address at the same instant: the API
+// server gives it to exactly one; each of the others says who holds it.
+func TestStaticIPConcurrentCreationsOfOneAddress(t *testing.T) {
+	s := staticIP(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	// The pool that contains the address (another test may have made it).
+	if err := s.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}); err != nil {
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
+	}
+	const n = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%02d", i)}, Spec: ipv1.IPSpec{Address: "203.0.113.105"}}
+			if err := s.c.Create(ctx, ip); err != nil {
+				t.Errorf("creating %s: %v", ip.Name, err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Cleanup(func() {
+		for i := range n {
+			_ = s.c.Delete(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("race-%02d", i)}})
+		}
+	})
+	g.Eventually(func(g Gomega) {
+		list := &ipv1.IPList{}
+		g.Expect(s.c.List(ctx, list)).To(Succeed())
+		holders, refused := 0, 0
+		for _, ip := range list.Items {
+			if !strings.HasPrefix(ip.Name, "race-") {
+				continue
+			}
+			c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated)
+			g.Expect(c).NotTo(BeNil(), ip.Name)
+			switch {
+			case c.Status == metav1.ConditionTrue:
+				holders++
+			case c.Reason == ipv1.ReasonAddressInUse:
+				refused++
+				g.Expect(c.Message).To(MatchRegexp(`203\.0\.113\.105 is already reserved by ips\.ip\.kubext\.io race-\d\d`))
+			}
+		}
+		g.Expect(holders).To(Equal(1))
+		g.Expect(refused).To(Equal(n - 1))
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 }

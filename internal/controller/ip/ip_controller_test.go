@@ -345,3 +345,60 @@ func TestManualMove(t *testing.T) {
 	f.g.Expect(f.ip(name).Status.Pod).To(Equal(standby))
 	f.g.Eventually(func() *eventsv1.Event { return ipEvent(f.ctx, name, "MoveRefused") }, waitFor).ShouldNot(BeNil())
 }
+
+// With spec.reassign, changing spec.address detaches the old address,
+// releases it, and attaches the new one; the pod keeps its claim.
+func TestReassignMovesToTheNewAddress(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.40/29")
+	node := f.node(f.name("n"))
+	startAgent(t, node)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Address: "203.0.113.41", Reassign: true}})
+	f.pod(f.name("app"), name, node, "192.0.2.61")
+	f.g.Eventually(func() bool { return condition(f.ip(name), ipv1.ConditionReady).Status == metav1.ConditionTrue }, waitFor).Should(BeTrue())
+
+	ip := f.ip(name)
+	orig := ip.DeepCopy()
+	ip.Spec.Address = "203.0.113.42"
+	f.g.Expect(k8s.Patch(f.ctx, ip, client.MergeFrom(orig))).To(Succeed())
+	f.g.Eventually(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.Address).To(Equal("203.0.113.42"))
+		g.Expect(ip.Status.Original.Address).To(Equal("203.0.113.42"))
+		g.Expect(ip.Status.AttachedNode).To(Equal(node))
+		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	}, waitFor).Should(Succeed())
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: "203.0.113.41"}, &networkingv1.IPAddress{})).NotTo(Succeed(), "the old address is released")
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: "203.0.113.42"}, &networkingv1.IPAddress{})).To(Succeed())
+
+	// Without reassign, the API server refuses the change.
+	ip = f.ip(name)
+	orig = ip.DeepCopy()
+	ip.Spec.Reassign, ip.Spec.Address = false, "203.0.113.43"
+	err := k8s.Patch(f.ctx, ip, client.MergeFrom(orig))
+	f.g.Expect(err).To(MatchError(ContainSubstring("spec.address cannot change while the IP is assigned")))
+}
+
+// With no standby, a claimant stuck on a lost node is deleted (opt-in), so
+// its Deployment recreates it elsewhere without waiting for eviction.
+func TestStalePodOnALostNodeIsDeleted(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.pool(pool, "203.0.113.48/29")
+	node := f.node(f.name("n"))
+	agent := startAgent(t, node)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	p := f.pod(f.name("only"), name, node, "192.0.2.71")
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedNode }, waitFor).Should(Equal(node))
+
+	agent.stop()
+	f.g.Eventually(func(g Gomega) {
+		got := &corev1.Pod{}
+		err := k8s.Get(f.ctx, client.ObjectKeyFromObject(p), got)
+		g.Expect(err == nil && got.DeletionTimestamp.IsZero()).To(BeFalse(), "the stale pod is deleted")
+	}, waitFor).Should(Succeed())
+	f.g.Eventually(func() string { return condition(f.ip(name), ipv1.ConditionAttached).Reason }, waitFor).Should(
+		Or(Equal(ipv1.ReasonNodeLost), Equal(ipv1.ReasonNoClaimant), Equal(ipv1.ReasonNoEligibleNode)))
+	f.g.Expect(f.ip(name).Status.AttachedNode).To(BeEmpty())
+}

@@ -9,27 +9,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/lab/labnet"
+	"github.com/kubext/kubext/test/staticip"
 )
 
 func main() {
@@ -66,7 +58,7 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		}
 	}()
 	b := &bench{lab: l}
-	if b.c, err = newClient(l); err != nil {
+	if b.c, err = staticip.NewClient(l); err != nil {
 		return err
 	}
 	if _, err := l.StartManager(ctx, "manager", "--controllers=ip,ippool"); err != nil {
@@ -85,14 +77,14 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	}
 	defer pods.Stop()
 
-	pool := netip.PrefixFrom(nth(l.Net.Subnet, 96), 28)
+	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
 	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
 		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}}}); err != nil {
 		return err
 	}
 	fmt.Printf("Settings: ip-agent --lease-duration=%s --renew-interval=%s; probe every 50 ms, 100 ms timeout\n", leaseDuration, renew)
 
-	downtimes, err := b.failovers(ctx, trials, nth(l.Net.Subnet, 100))
+	downtimes, err := b.failovers(ctx, trials, staticip.Nth(l.Net.Subnet, 100))
 	if err != nil {
 		return err
 	}
@@ -117,17 +109,17 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 		Spec: ipv1.IPSpec{Address: addr.String()}}); err != nil {
 		return nil, err
 	}
-	if err := b.c.Create(ctx, deployment("bench", "bench", 2)); err != nil {
+	if err := b.c.Create(ctx, staticip.Deployment("bench", "bench", 2)); err != nil {
 		return nil, err
 	}
 	var downtimes []float64
 	for i := range trials {
-		ip, err := b.waitIP(ctx, "bench", func(ip *ipv1.IP) bool { return ready(ip) && len(ip.Status.Standbys) > 0 }, 2*time.Minute)
+		ip, err := staticip.WaitIP(ctx, b.c, "bench", 2*time.Minute, func(ip *ipv1.IP) bool { return staticip.Ready(ip) && len(ip.Status.Standbys) > 0 })
 		if err != nil {
 			return nil, fmt.Errorf("trial %d: %w", i+1, err)
 		}
-		holder, node := podOf(ip.Status.Pod), ip.Status.Node
-		if _, err := askUntil(b.lab.Net.ClientNamespace(), addr, holder, 30*time.Second); err != nil {
+		holder, node := staticip.PodName(ip.Status.Pod), ip.Status.Node
+		if _, err := staticip.AskUntil(b.lab.Net.ClientNamespace(), addr, holder, 30*time.Second); err != nil {
 			return nil, fmt.Errorf("trial %d: %w", i+1, err)
 		}
 		probe := startProbe(b.lab.Net.ClientNamespace(), addr)
@@ -167,7 +159,7 @@ func (b *bench) attachments(ctx context.Context, n int) ([]float64, error) {
 		if err := b.c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: "bench"}}); err != nil {
 			return nil, err
 		}
-		if err := b.c.Create(ctx, deployment(name, name, 1)); err != nil {
+		if err := b.c.Create(ctx, staticip.Deployment(name, name, 1)); err != nil {
 			return nil, err
 		}
 		var podReady, ipReady time.Time
@@ -189,7 +181,7 @@ func (b *bench) attachments(ctx context.Context, n int) ([]float64, error) {
 			}
 			if ipReady.IsZero() {
 				ip := &ipv1.IP{}
-				if err := b.c.Get(ctx, client.ObjectKey{Name: name}, ip); err == nil && ready(ip) {
+				if err := b.c.Get(ctx, client.ObjectKey{Name: name}, ip); err == nil && staticip.Ready(ip) {
 					ipReady = now
 				}
 			}
@@ -197,7 +189,7 @@ func (b *bench) attachments(ctx context.Context, n int) ([]float64, error) {
 		}
 		out = append(out, max(ipReady.Sub(podReady), 0).Seconds())
 		// Free the pool address and the node for the next one.
-		_ = b.c.Delete(ctx, deployment(name, name, 1))
+		_ = b.c.Delete(ctx, staticip.Deployment(name, name, 1))
 		_ = b.c.Delete(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	}
 	return out, nil
@@ -228,7 +220,7 @@ func startProbe(clientNS string, addr netip.Addr) *probe {
 					return nil
 				case <-tick.C:
 				}
-				who, _ := askHere(addr, 100*time.Millisecond)
+				who, _ := staticip.Ask(addr, 100*time.Millisecond)
 				select {
 				case p.results <- answer{at: time.Now(), who: who}:
 				default:
@@ -263,84 +255,6 @@ func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (
 	}
 }
 
-func askHere(addr netip.Addr, timeout time.Duration) (string, error) {
-	c, err := net.DialTimeout("tcp", netip.AddrPortFrom(addr, lab.PodServerPort).String(), timeout)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	b, err := io.ReadAll(c)
-	return strings.TrimSpace(string(b)), err
-}
-
-func askUntil(clientNS string, addr netip.Addr, want string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		var reply string
-		err := labnet.Do(clientNS, func() (err error) { reply, err = askHere(addr, 200*time.Millisecond); return err })
-		if err == nil && reply == want {
-			return reply, nil
-		}
-		if time.Now().After(deadline) {
-			return reply, fmt.Errorf("%s did not answer as %s within %s (last %q, %v)", addr, want, timeout, reply, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (b *bench) waitIP(ctx context.Context, name string, ok func(*ipv1.IP) bool, timeout time.Duration) (*ipv1.IP, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ip := &ipv1.IP{}
-		if err := b.c.Get(ctx, client.ObjectKey{Name: name}, ip); err == nil && ok(ip) {
-			return ip, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("IP %s not ready with a standby within %s: %+v", name, timeout, ip.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func deployment(name, ip string, replicas int32) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{ipv1.AnnotationIP: ip}},
-				Spec: corev1.PodSpec{
-					Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-					Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-						RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-							LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: "kubernetes.io/hostname",
-						}},
-					}},
-				},
-			},
-		},
-	}
-}
-
-func newClient(l *lab.Lab) (client.Client, error) {
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(ipv1.AddToScheme(scheme))
-	cfg, err := l.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
-func ready(ip *ipv1.IP) bool {
-	return meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady)
-}
-
 func podIsReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -348,16 +262,6 @@ func podIsReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-func podOf(key string) string { _, name, _ := strings.Cut(key, "/"); return name }
-
-func nth(p netip.Prefix, n int) netip.Addr {
-	a := p.Masked().Addr()
-	for range n {
-		a = a.Next()
-	}
-	return a
 }
 
 // pct is the p-th percentile (nearest rank) of xs.
