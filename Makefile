@@ -45,9 +45,10 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy code from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and the manager's RBAC role from markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths=./... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: $(CONTROLLER_GEN) ## Generate CRDs, the manager's RBAC role and its webhook configuration from markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths=./... \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
 
 .PHONY: fmt
 fmt: ## gofmt the code.

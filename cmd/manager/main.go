@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	ipwebhook "github.com/kubext/kubext/internal/webhook/ip"
 )
 
 var scheme = runtime.NewScheme()
@@ -62,6 +66,9 @@ func run(ctx context.Context, args []string) error {
 		leaseDuration  time.Duration
 		renewDeadline  time.Duration
 		retryPeriod    time.Duration
+		enableWebhooks bool
+		webhookPort    int
+		webhookCertDir string
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the metrics endpoint binds to, e.g. :8443 (with --metrics-secure) or :8080; 0 disables it.")
@@ -81,6 +88,13 @@ func run(ctx context.Context, args []string) error {
 		"Serve metrics over HTTP/2 (off by default against the HTTP/2 Rapid Reset attacks).")
 	fs.StringVar(&controllerList, "controllers", "all",
 		"Comma-separated controllers to run, or 'all'. Known: "+strings.Join(controllerNames(), ", ")+".")
+	fs.BoolVar(&enableWebhooks, "enable-webhooks", false,
+		"Serve the validating webhooks that refuse overlapping IPPools and IPs whose address no pool hands out. "+
+			"They need a serving certificate in --webhook-cert-dir (e.g. from cert-manager) and config/webhook; "+
+			"without them the controllers report the same problems as conditions.")
+	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on (with --enable-webhooks).")
+	fs.StringVar(&webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"),
+		"Directory holding the webhook server's certificate and key, tls.crt and tls.key (with --enable-webhooks).")
 	var ctrlOpts options
 	ctrlOpts.bindFlags(fs)
 	opts := zap.Options{Development: true}
@@ -99,8 +113,17 @@ func run(ctx context.Context, args []string) error {
 	if metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	var tlsOpts []func(*tls.Config)
 	if !enableHTTP2 {
-		metricsOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+		tlsOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	metricsOpts.TLSOpts = tlsOpts
+	if enableWebhooks {
+		// Fail here, with the way out, rather than in the webhook server.
+		if _, err := os.Stat(filepath.Join(webhookCertDir, "tls.crt")); err != nil {
+			return fmt.Errorf("--enable-webhooks needs a serving certificate (tls.crt, tls.key) in --webhook-cert-dir %s; "+
+				"mount one, or run with --enable-webhooks=false", webhookCertDir)
+		}
 	}
 	if leaderElectNS == "" && leaderElect {
 		if _, err := os.Stat("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err != nil {
@@ -122,6 +145,7 @@ func run(ctx context.Context, args []string) error {
 		LeaseDuration:                 &leaseDuration,
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			// Only the node agents' heartbeats, not every Lease in the cluster.
 			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{ctrlOpts.heartbeatNamespace: {}}},
@@ -135,6 +159,17 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("setting up controller %s: %w", c.name, err)
 		}
 		log.Info("Set up controller", "controller", c.name)
+	}
+	if enableWebhooks {
+		// Served by every replica, not only the leader: the API server calls
+		// whichever one the Service picks.
+		if err := ipwebhook.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the webhooks: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhooks", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return err
+		}
+		log.Info("Serving webhooks", "port", webhookPort)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -89,7 +89,8 @@ func TestManagerServesProbesMetricsAndElectsLeader(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--kubeconfig", kubeconfig, "--metrics-bind-address", metrics,
-			"--health-probe-bind-address", probes, "--leader-elect", "--leader-election-namespace", "default"})
+			"--health-probe-bind-address", probes, "--leader-elect", "--leader-election-namespace", "default",
+			"--enable-webhooks=false"})
 	}()
 
 	for _, path := range []string{"/healthz", "/readyz"} {
@@ -122,6 +123,12 @@ func TestManagerRefusesUnknownController(t *testing.T) {
 	g := NewWithT(t)
 	err := run(context.Background(), []string{"--kubeconfig", kubeconfig, "--controllers", "nosuch"})
 	g.Expect(err).To(MatchError(ContainSubstring(`unknown controller "nosuch"`)))
+}
+
+func TestManagerWithWebhooksNeedsACertificate(t *testing.T) {
+	g := NewWithT(t)
+	err := run(context.Background(), []string{"--kubeconfig", kubeconfig, "--enable-webhooks", "--webhook-cert-dir", t.TempDir()})
+	g.Expect(err).To(MatchError(ContainSubstring("--enable-webhooks=false")))
 }
 
 func TestSelectControllers(t *testing.T) {

@@ -44,6 +44,8 @@ func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*M
 	args = append([]string{
 		"--kubeconfig", l.Kubeconfig, "--leader-elect", "--leader-election-namespace", SystemNamespace,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", probes,
+		// A local process has no serving certificate the lab's API server trusts.
+		"--enable-webhooks=false",
 	}, args...)
 	p, err := l.Start(name, "", filepath.Join(l.BinDir, "manager"), args)
 	if err != nil {

@@ -1,0 +1,88 @@
+// Package ipwebhook refuses IPs and IPPools that conflict with other objects,
+// with a message that says which and why, at the API. Single-object checks
+// are CEL rules in the CRDs; these need other objects, which CEL cannot see.
+//
+// The webhooks are registered with failurePolicy Ignore: a manager that is
+// down or not yet ready never blocks creating or editing IPs and pools. The
+// IP and IPPool controllers still report the same problems as conditions
+// (AddressOutsidePool, PoolNotFound, PoolOverlap), so they remain the
+// backstop for whatever gets past the webhook, e.g. two overlapping pools
+// created at the same instant.
+package ipwebhook
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+)
+
+// SetupWithManager serves both validating webhooks from the manager's
+// webhook server; they read pools through the manager's cache.
+func SetupWithManager(mgr ctrl.Manager) error {
+	if err := ctrl.NewWebhookManagedBy(mgr, &ipv1.IPPool{}).
+		WithValidator(&poolsValidator[*ipv1.IPPool]{
+			reader: mgr.GetClient(),
+			check:  checkPoolOverlap,
+			// Other updates pass, so that an overlap that got in anyway (see
+			// the package comment) never blocks e.g. removing a finalizer.
+			changed: func(old, pool *ipv1.IPPool) bool { return !slices.Equal(old.Spec.Addresses, pool.Spec.Addresses) },
+		}).
+		Complete(); err != nil {
+		return err
+	}
+	return ctrl.NewWebhookManagedBy(mgr, &ipv1.IP{}).
+		WithValidator(&poolsValidator[*ipv1.IP]{
+			reader: mgr.GetClient(),
+			check:  checkIPAddress,
+			// Other updates pass: an IP whose pool shrank since it was
+			// created must stay editable and deletable (its finalizer removed).
+			changed: func(old, ip *ipv1.IP) bool {
+				return old.Spec.Address != ip.Spec.Address || old.Spec.Pool != ip.Spec.Pool
+			},
+		}).
+		Complete()
+}
+
+// +kubebuilder:webhook:path=/validate-ip-kubext-io-v1alpha1-ippool,mutating=false,failurePolicy=ignore,sideEffects=None,groups=ip.kubext.io,resources=ippools,verbs=create;update,versions=v1alpha1,name=vippool.ip.kubext.io,admissionReviewVersions=v1
+// +kubebuilder:webhook:path=/validate-ip-kubext-io-v1alpha1-ip,mutating=false,failurePolicy=ignore,sideEffects=None,groups=ip.kubext.io,resources=ips,verbs=create;update,versions=v1alpha1,name=vip.ip.kubext.io,admissionReviewVersions=v1
+
+// poolsValidator checks an object against every IPPool on create, and on
+// update when changed says the fields the check reads have changed.
+// Deletes always pass: the pool finalizer guards pools in use.
+type poolsValidator[T runtime.Object] struct {
+	reader  client.Reader
+	check   func(T, []ipv1.IPPool) error
+	changed func(old, obj T) bool
+}
+
+// ValidateCreate checks obj against the pools.
+func (v *poolsValidator[T]) ValidateCreate(ctx context.Context, obj T) (admission.Warnings, error) {
+	return nil, v.validate(ctx, obj)
+}
+
+// ValidateUpdate checks obj again when the fields the check reads changed.
+func (v *poolsValidator[T]) ValidateUpdate(ctx context.Context, old, obj T) (admission.Warnings, error) {
+	if !v.changed(old, obj) {
+		return nil, nil
+	}
+	return nil, v.validate(ctx, obj)
+}
+
+// ValidateDelete allows every delete.
+func (v *poolsValidator[T]) ValidateDelete(context.Context, T) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func (v *poolsValidator[T]) validate(ctx context.Context, obj T) error {
+	pools := &ipv1.IPPoolList{}
+	if err := v.reader.List(ctx, pools); err != nil {
+		return err
+	}
+	return v.check(obj, pools.Items)
+}
