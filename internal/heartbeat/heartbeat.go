@@ -44,8 +44,8 @@ type Config struct {
 	// RenewInterval is how often the agent renews (default 1 s).
 	RenewInterval time.Duration
 	// FenceAfter is how long after the start of the last successful renewal
-	// the agent gives up its hold (default Duration - RenewInterval, at
-	// least half of Duration). It must be shorter than Duration.
+	// the agent gives up its hold (default Duration - RenewInterval). It
+	// must be shorter than Duration.
 	FenceAfter time.Duration
 	// OnLost is called once when the hold lapses; OnRegained once when a
 	// renewal succeeds again after that; OnRenewed after every successful
@@ -80,8 +80,11 @@ func New(cfg Config) (*Heartbeat, error) {
 	if cfg.RenewInterval == 0 {
 		cfg.RenewInterval = time.Second
 	}
+	if cfg.RenewInterval < time.Millisecond {
+		return nil, fmt.Errorf("heartbeat: renew interval %s is shorter than 1ms", cfg.RenewInterval)
+	}
 	if cfg.FenceAfter == 0 {
-		cfg.FenceAfter = max(cfg.Duration-cfg.RenewInterval, cfg.Duration/2)
+		cfg.FenceAfter = cfg.Duration - cfg.RenewInterval
 	}
 	if cfg.FenceAfter >= cfg.Duration || cfg.RenewInterval >= cfg.FenceAfter {
 		return nil, fmt.Errorf("heartbeat: need renew interval (%s) < fence after (%s) < lease duration (%s)",
@@ -150,7 +153,15 @@ func (h *Heartbeat) checkLapse() {
 // renew writes one renewal, bounded by the time left before fencing.
 func (h *Heartbeat) renew(ctx context.Context) {
 	start := h.cfg.now()
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.FenceAfter)
+	// A renewal that hangs must not delay fencing: it may take only the
+	// time left before the hold lapses.
+	left := h.cfg.FenceAfter
+	h.mu.Lock()
+	if h.held {
+		left -= start.Sub(h.lastStart)
+	}
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	if err := h.write(ctx, start); err != nil {
 		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())

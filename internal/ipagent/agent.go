@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +62,10 @@ type Reconciler struct {
 	Resync time.Duration
 
 	trigger chan event.GenericEvent
+	// mu makes Fence and "check the Lease, then Apply" exclusive, so that a
+	// reconcile that checked the Lease just before it lapsed cannot re-add
+	// what Fence removed.
+	mu sync.Mutex
 }
 
 // Reconcile converges the node.
@@ -70,6 +75,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.List(ctx, ips); err != nil {
 		return ctrl.Result{}, err
 	}
+	// Only the check and the programming are under the lock: reporting
+	// talks to the API server, which may be what is failing, and must never
+	// hold up fencing.
+	r.mu.Lock()
 	held := r.Lease.Held()
 	var desired []netconf.Assignment
 	want := map[string]*ipv1.IP{} // address -> IP
@@ -83,6 +92,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		want[a.Address.String()] = ip
 	}
 	report, err := r.Dataplane.Apply(ctx, desired)
+	r.mu.Unlock()
 	if err != nil {
 		log.Error(err, "Programming the node failed")
 	}
@@ -188,6 +198,8 @@ func (r *Reconciler) report(ctx context.Context, ip *ipv1.IP, node string) error
 // Fence removes everything at once; the heartbeat calls it when the Lease
 // lapses.
 func (r *Reconciler) Fence() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Dataplane.Flush(ctx); err != nil {

@@ -48,10 +48,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Get(ctx, req.NamespacedName, pool); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	allocated, err := r.allocated(ctx, pool.Name)
+	addresses, err := r.addresses(ctx, pool.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	allocated := len(addresses)
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, pool, allocated)
 	}
@@ -81,7 +82,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	size := int64(min(parsed.Size(), math.MaxInt64))
 	pool.Status.Size = size
 	pool.Status.Allocated = int32(min(allocated, math.MaxInt32))
-	pool.Status.Available = max(size-int64(allocated), 0)
+	// Available is what automatic allocation can still hand out: reserved
+	// addresses (named explicitly by an IP) do not use any of it up.
+	automatic := 0
+	for _, a := range addresses {
+		if addr, err := ipam.Canonical(a.Name); err == nil && parsed.Automatic(addr) {
+			automatic++
+		}
+	}
+	pool.Status.Available = max(size-int64(automatic), 0)
 	poolAddresses.WithLabelValues(pool.Name, "size").Set(float64(size))
 	poolAddresses.WithLabelValues(pool.Name, "allocated").Set(float64(allocated))
 
@@ -113,12 +122,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, pool *ipv1.IPPool, all
 	return client.IgnoreNotFound(r.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
 }
 
-func (r *Reconciler) allocated(ctx context.Context, pool string) (int, error) {
+// addresses lists the reservations made from the pool.
+func (r *Reconciler) addresses(ctx context.Context, pool string) ([]networkingv1.IPAddress, error) {
 	list := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, list, client.MatchingLabels{ipv1.LabelPool: pool}); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(list.Items), nil
+	return list.Items, nil
 }
 
 // overlapping names an older pool whose addresses overlap this one's.

@@ -1,0 +1,342 @@
+package heartbeat
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+const (
+	testNS        = "kubext-system"
+	testComponent = "ip-agent"
+	testNode      = "node-1"
+)
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// callbacks counts the calls of OnLost, OnRegained and OnRenewed.
+type callbacks struct{ lost, regained, renewed atomic.Int32 }
+
+func (c *callbacks) config(cfg Config) Config {
+	cfg.OnLost = func() { c.lost.Add(1) }
+	cfg.OnRegained = func() { c.regained.Add(1) }
+	cfg.OnRenewed = func() { c.renewed.Add(1) }
+	return cfg
+}
+
+// run starts h until the test ends; the returned function stops it and
+// waits until Start has returned.
+func run(t *testing.T, h *Heartbeat) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.Start(ctx)
+	}()
+	stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func testConfig(client coordinationclient.LeasesGetter) Config {
+	return Config{Client: client, Namespace: testNS, Component: testComponent, Node: testNode}
+}
+
+func TestNewRefusesBadConfigs(t *testing.T) {
+	client := fake.NewClientset().CoordinationV1()
+	valid := func(mutate func(*Config)) Config {
+		cfg := testConfig(client)
+		cfg.Duration = 3 * time.Second
+		mutate(&cfg)
+		return cfg
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		err  string
+	}{
+		{"no client", valid(func(c *Config) { c.Client = nil }), "client, namespace, component and node are required"},
+		{"no namespace", valid(func(c *Config) { c.Namespace = "" }), "client, namespace, component and node are required"},
+		{"no component", valid(func(c *Config) { c.Component = "" }), "client, namespace, component and node are required"},
+		{"no node", valid(func(c *Config) { c.Node = "" }), "client, namespace, component and node are required"},
+		{"no duration", valid(func(c *Config) { c.Duration = 0 }), "lease duration 0s is shorter than 1s"},
+		{"duration under 1s", valid(func(c *Config) { c.Duration = 900 * time.Millisecond }), "lease duration 900ms is shorter than 1s"},
+		{"fractional duration", valid(func(c *Config) { c.Duration = 2500 * time.Millisecond }), "lease duration 2.5s is not a whole number of seconds"},
+		{"fence after = duration", valid(func(c *Config) { c.FenceAfter = 3 * time.Second }),
+			"need renew interval (1s) < fence after (3s) < lease duration (3s)"},
+		{"fence after > duration", valid(func(c *Config) { c.FenceAfter = 4 * time.Second }),
+			"need renew interval (1s) < fence after (4s) < lease duration (3s)"},
+		{"renew = fence after", valid(func(c *Config) { c.RenewInterval, c.FenceAfter = 2*time.Second, 2*time.Second }),
+			"need renew interval (2s) < fence after (2s) < lease duration (3s)"},
+		{"renew > fence after", valid(func(c *Config) { c.RenewInterval, c.FenceAfter = 2500*time.Millisecond, 2*time.Second }),
+			"need renew interval (2.5s) < fence after (2s) < lease duration (3s)"},
+		// With the default renew interval of 1s, the default fence-after of
+		// a 2s lease (1s) leaves no room for a renewal.
+		{"defaults too long for a 2s lease", valid(func(c *Config) { c.Duration = 2 * time.Second }),
+			"need renew interval (1s) < fence after (1s) < lease duration (2s)"},
+		// The default fence-after is never under half the lease, so a renew
+		// interval of half the lease or more cannot work.
+		{"renewal too long for the default fence-after", valid(func(c *Config) { c.Duration, c.RenewInterval = 4*time.Second, 2*time.Second }),
+			"need renew interval (2s) < fence after (2s) < lease duration (4s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			h, err := New(tc.cfg)
+			g.Expect(err).To(MatchError("heartbeat: " + tc.err))
+			g.Expect(h).To(BeNil())
+		})
+	}
+}
+
+func TestNewFillsDefaults(t *testing.T) {
+	client := fake.NewClientset().CoordinationV1()
+	for _, tc := range []struct {
+		name                      string
+		duration, renew, fence    time.Duration
+		wantRenew, wantFenceAfter time.Duration
+	}{
+		// Fence one renewal before the controller would give up.
+		{"defaults", 10 * time.Second, 0, 0, time.Second, 9 * time.Second},
+		{"shortest lease with default renewals", 3 * time.Second, 0, 0, time.Second, 2 * time.Second},
+		{"the agent's flags", 2 * time.Second, 500 * time.Millisecond, 0, 500 * time.Millisecond, 1500 * time.Millisecond},
+		{"explicit", 3 * time.Second, 200 * time.Millisecond, time.Second, 200 * time.Millisecond, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			cfg := testConfig(client)
+			cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = tc.duration, tc.renew, tc.fence
+			h, err := New(cfg)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(h.cfg.RenewInterval).To(Equal(tc.wantRenew))
+			g.Expect(h.cfg.FenceAfter).To(Equal(tc.wantFenceAfter))
+			g.Expect(h.cfg.now).NotTo(BeNil())
+			// Callbacks left out may be called.
+			g.Expect(func() { h.cfg.OnLost(); h.cfg.OnRegained(); h.cfg.OnRenewed() }).NotTo(Panic())
+			g.Expect(h.Held()).To(BeFalse(), "nothing is held before the first renewal")
+			g.Expect(h.NeedLeaderElection()).To(BeFalse())
+		})
+	}
+}
+
+// Start creates the Lease the controller watches, and keeps renewing it.
+func TestStartCreatesAndRenewsTheLease(t *testing.T) {
+	g := NewWithT(t)
+	clientset := fake.NewClientset()
+	var cb callbacks
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval = 3*time.Second, 50*time.Millisecond
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := time.Now()
+	run(t, h)
+
+	get := func() (*coordinationv1.Lease, error) {
+		return clientset.CoordinationV1().Leases(testNS).Get(context.Background(), "ip-agent-node-1", metav1.GetOptions{})
+	}
+	g.Eventually(get, time.Second, 10*time.Millisecond).Should(And(
+		HaveField("Labels", Equal(map[string]string{LabelComponent: testComponent})),
+		HaveField("Spec.HolderIdentity", HaveValue(Equal(testNode))),
+		HaveField("Spec.LeaseDurationSeconds", HaveValue(BeEquivalentTo(3))),
+		HaveField("Spec.RenewTime", Not(BeNil())),
+		HaveField("Spec.AcquireTime", Not(BeNil())),
+	))
+	g.Eventually(h.Held, time.Second, 5*time.Millisecond).Should(BeTrue())
+	first, _ := get()
+	g.Expect(first.Spec.RenewTime.Time).To(BeTemporally(">=", before))
+	g.Expect(cb.regained.Load()).To(BeEquivalentTo(1), "taking the lease the first time counts as regaining it")
+
+	g.Eventually(func() time.Time {
+		l, err := get()
+		g.Expect(err).NotTo(HaveOccurred())
+		return l.Spec.RenewTime.Time
+	}, time.Second, 10*time.Millisecond).Should(BeTemporally(">", first.Spec.RenewTime.Time))
+	l, _ := get()
+	g.Expect(l.Spec.AcquireTime.Time).To(Equal(first.Spec.AcquireTime.Time), "a renewal does not re-acquire")
+	g.Eventually(cb.renewed.Load, time.Second, 5*time.Millisecond).Should(BeNumerically(">=", 2))
+	g.Expect(cb.regained.Load()).To(BeEquivalentTo(1))
+	g.Expect(cb.lost.Load()).To(BeZero())
+}
+
+// flakyAPI makes the fake API server fail Lease requests on demand, and
+// counts the renewals that got through.
+type flakyAPI struct {
+	failing   atomic.Bool
+	failures  atomic.Int32
+	successes atomic.Int32
+	// onSuccess runs when a create or update of the Lease is let through.
+	onSuccess func()
+}
+
+func (f *flakyAPI) install(c *fake.Clientset) {
+	c.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if f.failing.Load() {
+			f.failures.Add(1)
+			return true, nil, errors.New("connection refused")
+		}
+		if verb := a.GetVerb(); verb == "create" || verb == "update" {
+			f.successes.Add(1)
+			if f.onSuccess != nil {
+				f.onSuccess()
+			}
+		}
+		return false, nil, nil
+	})
+}
+
+// When the API server stops taking renewals, the agent fences once,
+// FenceAfter after the *start* of its last successful renewal (not its
+// end: the controller may have observed it as early as that); when
+// renewals succeed again it regains the hold once.
+func TestFencesOnceWhenRenewalsFailAndRegains(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	clientset := fake.NewClientset()
+	api := &flakyAPI{}
+	// Each successful write takes 300ms on the agent's clock: the renewal
+	// starts at t and ends at t+300ms.
+	var lastStart atomic.Pointer[time.Time]
+	api.onSuccess = func() {
+		now := clock.Now()
+		lastStart.Store(&now)
+		clock.Add(300 * time.Millisecond)
+	}
+	api.install(clientset)
+	var cb callbacks
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 40*time.Millisecond, time.Second
+	cfg.now = clock.Now
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	stop := run(t, h)
+
+	g.Eventually(h.Held, time.Second, 5*time.Millisecond).Should(BeTrue())
+	g.Eventually(cb.renewed.Load, time.Second, 5*time.Millisecond).Should(BeNumerically(">=", 3))
+
+	api.failing.Store(true)
+	// Once a renewal has failed, none that started earlier is in flight.
+	g.Eventually(api.failures.Load, time.Second, 5*time.Millisecond).Should(BeNumerically(">=", 1))
+	start := *lastStart.Load()
+	g.Expect(clock.Now()).To(Equal(start.Add(300*time.Millisecond)), "the last renewal ended 300ms after it started")
+	renewedBeforeFailing := cb.renewed.Load()
+
+	clock.Set(start.Add(time.Second - time.Millisecond))
+	g.Consistently(func() int32 { return cb.lost.Load() }, 200*time.Millisecond, 5*time.Millisecond).Should(BeZero(),
+		"fenced before FenceAfter had passed")
+	g.Expect(h.Held()).To(BeTrue())
+
+	clock.Set(start.Add(time.Second))
+	g.Expect(h.Held()).To(BeFalse(), "Held turns false the moment FenceAfter has passed")
+	g.Eventually(cb.lost.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(1))
+	clock.Add(time.Minute)
+	g.Consistently(cb.lost.Load, 300*time.Millisecond, 5*time.Millisecond).Should(BeEquivalentTo(1),
+		"OnLost is called once however long the failures last")
+	g.Expect(h.Held()).To(BeFalse())
+	g.Expect(cb.renewed.Load()).To(Equal(renewedBeforeFailing), "a failed renewal is not reported as renewed")
+	g.Expect(cb.regained.Load()).To(BeEquivalentTo(1))
+
+	api.failing.Store(false)
+	g.Eventually(h.Held, time.Second, 5*time.Millisecond).Should(BeTrue())
+	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
+	g.Eventually(cb.renewed.Load, time.Second, 5*time.Millisecond).Should(BeNumerically(">=", renewedBeforeFailing+3))
+	g.Consistently(cb.regained.Load, 200*time.Millisecond, 5*time.Millisecond).Should(BeEquivalentTo(2),
+		"OnRegained is called once per regain, not on every renewal")
+	g.Expect(cb.lost.Load()).To(BeEquivalentTo(1))
+
+	stop()
+	g.Expect(cb.renewed.Load()).To(Equal(api.successes.Load()), "OnRenewed follows every successful renewal")
+
+	// The Lease is re-acquired: acquireTime moves to the regain.
+	l, err := clientset.CoordinationV1().Leases(testNS).Get(context.Background(), LeaseName(testComponent, testNode), metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(l.Spec.AcquireTime.Time).To(BeTemporally(">=", start.Add(time.Second)))
+}
+
+// hangingLeases makes Lease updates hang until their context ends, as a
+// real client does when the API server stops answering.
+type hangingLeases struct {
+	coordinationclient.LeasesGetter
+	hang      *atomic.Bool
+	lastStart *atomic.Pointer[time.Time]
+}
+
+func (h hangingLeases) Leases(ns string) coordinationclient.LeaseInterface {
+	return hangingLease{h.LeasesGetter.Leases(ns), h}
+}
+
+type hangingLease struct {
+	coordinationclient.LeaseInterface
+	h hangingLeases
+}
+
+func (l hangingLease) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if l.h.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	now := time.Now()
+	l.h.lastStart.Store(&now)
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// A renewal that hangs must not delay fencing: the agent fences FenceAfter
+// after the start of its last successful renewal, even while the next
+// renewal is still waiting for an answer.
+func TestFencesOnTimeWhileARenewalHangs(t *testing.T) {
+	g := NewWithT(t)
+	var hang atomic.Bool
+	var lastStart atomic.Pointer[time.Time]
+	var cb callbacks
+	cfg := cb.config(testConfig(hangingLeases{fake.NewClientset().CoordinationV1(), &hang, &lastStart}))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 400*time.Millisecond, time.Second
+	var lostAt atomic.Pointer[time.Time]
+	cfg.OnLost = func() {
+		now := time.Now()
+		lostAt.Store(&now)
+	}
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	run(t, h)
+
+	g.Eventually(cb.renewed.Load, 2*time.Second, 5*time.Millisecond).Should(BeNumerically(">=", 2))
+	hang.Store(true)
+	g.Eventually(lostAt.Load, 3*time.Second, 5*time.Millisecond).ShouldNot(BeNil())
+	// The hold is checked every RenewInterval/4; allow that and some
+	// scheduling slack, but not a whole renew interval.
+	g.Expect(lostAt.Load().Sub(*lastStart.Load())).To(BeNumerically("<", time.Second+100*time.Millisecond+100*time.Millisecond))
+}

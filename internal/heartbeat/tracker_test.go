@@ -1,0 +1,229 @@
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+)
+
+// agentLease is a heartbeat Lease as an agent writes it, renewed at renew
+// on the agent's clock.
+func agentLease(node string, renew time.Time, seconds int32) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: LeaseName(testComponent, node),
+			Labels: map[string]string{LabelComponent: testComponent}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(node),
+			LeaseDurationSeconds: ptr.To(seconds),
+			RenewTime:            &metav1.MicroTime{Time: renew},
+		},
+	}
+}
+
+func newTestTracker() (*Tracker, *fakeClock) {
+	clock := newFakeClock()
+	tr := NewTracker(testComponent)
+	tr.now = clock.Now
+	return tr, clock
+}
+
+// changes drains the nodes reported on Changes so far.
+func changes(tr *Tracker) []string {
+	var nodes []string
+	for {
+		select {
+		case ev := <-tr.Changes():
+			nodes = append(nodes, NodeOf(ev.Object))
+		default:
+			return nodes
+		}
+	}
+}
+
+// A node is healthy while the Tracker sees its renewTime change within the
+// lease duration, measured on the Tracker's own clock: the agent's clock
+// may be hours off.
+func TestTrackerHealthFollowsRenewalsOnItsOwnClock(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	agentClock := clock.Now().Add(-3 * time.Hour)
+
+	g.Expect(tr.Healthy("n1")).To(BeFalse(), "a node never seen is not healthy")
+	g.Expect(tr.LastRenewal("n1")).To(BeZero())
+
+	t0 := clock.Now()
+	tr.Observe(agentLease("n1", agentClock, 2))
+	g.Expect(tr.Healthy("n1")).To(BeTrue())
+	g.Expect(tr.LastRenewal("n1")).To(Equal(t0), "LastRenewal is on the Tracker's clock, not the agent's")
+	g.Expect(changes(tr)).To(Equal([]string{"n1"}), "turning healthy is a change")
+
+	// Renewed within the duration: healthy, measured from the new sighting.
+	clock.Add(1500 * time.Millisecond)
+	t1 := clock.Now()
+	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
+	g.Expect(tr.LastRenewal("n1")).To(Equal(t1))
+	clock.Add(2*time.Second - time.Nanosecond)
+	g.Expect(tr.Healthy("n1")).To(BeTrue())
+	g.Expect(changes(tr)).To(BeEmpty(), "staying healthy is no change")
+
+	// The same Lease seen again (a resync, a relist, a label edit) is no
+	// renewal.
+	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
+	g.Expect(tr.LastRenewal("n1")).To(Equal(t1))
+	clock.Add(time.Nanosecond)
+	g.Expect(tr.Healthy("n1")).To(BeFalse(), "a full lease duration without a renewal")
+	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
+	g.Expect(tr.Healthy("n1")).To(BeFalse(), "re-observing an unchanged Lease does not revive the node")
+
+	// A renewal, even with an older renewTime (the agent's clock stepped
+	// back), revives it.
+	tr.Observe(agentLease("n1", agentClock.Add(-time.Minute), 2))
+	g.Expect(tr.Healthy("n1")).To(BeTrue())
+	g.Expect(tr.LastRenewal("n1")).To(Equal(clock.Now()))
+}
+
+func TestTrackerUsesTheLeaseDuration(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	tr.Observe(agentLease("long", clock.Now(), 10))
+	tr.Observe(agentLease("unset", clock.Now(), 0)) // counts as 1s
+	clock.Add(time.Second)
+	g.Expect(tr.Healthy("unset")).To(BeFalse())
+	g.Expect(tr.Healthy("long")).To(BeTrue())
+	clock.Add(9 * time.Second)
+	g.Expect(tr.Healthy("long")).To(BeFalse())
+}
+
+func TestTrackerIgnoresOtherLeases(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+
+	other := agentLease("n1", clock.Now(), 2)
+	other.Labels[LabelComponent] = "another-agent"
+	tr.Observe(other)
+	noHolder := agentLease("n2", clock.Now(), 2)
+	noHolder.Spec.HolderIdentity = nil
+	tr.Observe(noHolder)
+	noRenewal := agentLease("n3", clock.Now(), 2)
+	noRenewal.Spec.RenewTime = nil
+	tr.Observe(noRenewal)
+
+	for _, n := range []string{"n1", "n2", "n3"} {
+		g.Expect(tr.Healthy(n)).To(BeFalse(), n)
+	}
+	g.Expect(changes(tr)).To(BeEmpty())
+}
+
+// The Tracker's Start reports, on Changes, each node that stops renewing:
+// once, when a full lease duration has passed.
+func TestTrackerReportsLostNodes(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = tr.Start(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+
+	tr.Observe(agentLease("n1", clock.Now(), 2))
+	tr.Observe(agentLease("n2", clock.Now(), 5))
+	g.Expect(changes(tr)).To(ConsistOf("n1", "n2"))
+
+	clock.Add(2*time.Second - time.Nanosecond)
+	g.Consistently(func() []string { return changes(tr) }, 300*time.Millisecond, 20*time.Millisecond).Should(BeEmpty())
+
+	clock.Add(time.Nanosecond)
+	var ev event.GenericEvent
+	g.Eventually(tr.Changes(), time.Second).Should(Receive(&ev))
+	g.Expect(NodeOf(ev.Object)).To(Equal("n1"))
+	g.Expect(ev.Object.GetName()).To(Equal(LeaseName(testComponent, "n1")))
+	g.Consistently(func() []string { return changes(tr) }, 300*time.Millisecond, 20*time.Millisecond).Should(BeEmpty(),
+		"a lost node is reported once")
+
+	// Back: a change again; lost again: a change again.
+	tr.Observe(agentLease("n1", clock.Now(), 2))
+	g.Expect(changes(tr)).To(Equal([]string{"n1"}))
+	clock.Add(2 * time.Second)
+	g.Eventually(func() []string { return changes(tr) }, time.Second, 20*time.Millisecond).Should(Equal([]string{"n1"}))
+	g.Expect(tr.Healthy("n2")).To(BeTrue(), "n2 is still within its 5s")
+	clock.Add(3 * time.Second)
+	g.Eventually(func() []string { return changes(tr) }, time.Second, 20*time.Millisecond).Should(Equal([]string{"n2"}))
+}
+
+// A deleted Lease makes its node unhealthy at once.
+func TestTrackerForget(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	l := agentLease("n1", clock.Now(), 10)
+	tr.Observe(l)
+	g.Expect(changes(tr)).To(HaveLen(1))
+
+	tr.Forget(l)
+	g.Expect(tr.Healthy("n1")).To(BeFalse())
+	g.Expect(tr.LastRenewal("n1")).To(BeZero())
+	g.Expect(changes(tr)).To(Equal([]string{"n1"}))
+
+	tr.Forget(l)
+	tr.Forget(agentLease("never-seen", clock.Now(), 10))
+	g.Expect(changes(tr)).To(BeEmpty(), "forgetting an unknown node is no change")
+}
+
+// notify never blocks: when nobody drains Changes (a replica that is not
+// the leader), the Lease informer must keep running.
+func TestTrackerNeverBlocksOnAFullChannel(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2 * cap(tr.changes) {
+			tr.Observe(agentLease(fmt.Sprintf("n%d", i), clock.Now(), 2))
+		}
+		tr.Forget(agentLease("n0", clock.Now(), 2))
+	}()
+	g.Eventually(done, 5*time.Second).Should(BeClosed())
+	g.Expect(tr.Changes()).To(HaveLen(cap(tr.changes)))
+	// Observations were recorded even when the change was dropped.
+	g.Expect(tr.Healthy(fmt.Sprintf("n%d", 2*cap(tr.changes)-1))).To(BeTrue())
+}
+
+// Watch feeds the Tracker from the Lease informer, and Synced follows the
+// informer's sync.
+func TestTrackerWatch(t *testing.T) {
+	g := NewWithT(t)
+	tr, clock := newTestTracker()
+	g.Expect(tr.Synced()).To(BeFalse(), "not synced before Watch")
+
+	inf := controllertest.NewFakeInformer()
+	informers := &informertest.FakeInformers{InformersByGVK: map[schema.GroupVersionKind]toolscache.SharedIndexInformer{
+		coordinationv1.SchemeGroupVersion.WithKind("Lease"): inf,
+	}}
+	g.Expect(tr.Watch(context.Background(), informers)).To(Succeed())
+	g.Expect(tr.Synced()).To(BeFalse(), "not synced before the informer")
+	inf.Synced()
+	g.Expect(tr.Synced()).To(BeTrue())
+
+	l := agentLease("n1", clock.Now(), 2)
+	inf.Add(l)
+	g.Expect(tr.Healthy("n1")).To(BeTrue())
+	clock.Add(1500 * time.Millisecond)
+	renewed := agentLease("n1", clock.Now(), 2)
+	inf.Update(l, renewed)
+	g.Expect(tr.LastRenewal("n1")).To(Equal(clock.Now()))
+	inf.Delete(renewed)
+	g.Expect(tr.Healthy("n1")).To(BeFalse())
+	g.Expect(changes(tr)).To(Equal([]string{"n1", "n1"}), "turned healthy, then forgotten")
+}

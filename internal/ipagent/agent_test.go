@@ -1,0 +1,275 @@
+package ipagent
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/netconf"
+)
+
+// quiet is how long a test watches for something that must not happen:
+// several resyncs of the agent.
+const quiet = time.Second
+
+// fixture names objects uniquely per test so tests share one API server.
+type fixture struct {
+	t   *testing.T
+	g   *WithT
+	ctx context.Context
+	id  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	return &fixture{t: t, g: NewWithT(t), ctx: context.Background(), id: rand.String(5)}
+}
+
+func (f *fixture) name(s string) string { return s + "-" + f.id }
+
+// pod creates a pod on node with podIP (none if empty) and returns it as
+// namespace/name, the way status.pod names the holder.
+func (f *fixture) pod(name, node, podIP string) string {
+	f.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: f.name(name)},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	f.g.Expect(k8s.Create(f.ctx, p)).To(Succeed())
+	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	if podIP != "" {
+		orig := p.DeepCopy()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP, p.Status.PodIPs = podIP, []corev1.PodIP{{IP: podIP}}
+		f.g.Expect(k8s.Status().Patch(f.ctx, p, client.MergeFrom(orig))).To(Succeed())
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// ip creates an IP for addr with the status the controller would have
+// written.
+func (f *fixture) ip(name, addr string, status ipv1.IPStatus) string {
+	f.t.Helper()
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.name(name)}, Spec: ipv1.IPSpec{Address: addr}}
+	f.g.Expect(k8s.Create(f.ctx, ip)).To(Succeed())
+	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), ip) })
+	status.Address, status.Assigned = addr, true
+	f.setStatus(ip.Name, func(s *ipv1.IPStatus) { *s = status })
+	return ip.Name
+}
+
+// setStatus changes an IP's status as the controller (or another node's
+// agent) would.
+func (f *fixture) setStatus(name string, change func(*ipv1.IPStatus)) {
+	f.t.Helper()
+	ip := &ipv1.IP{}
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	orig := ip.DeepCopy()
+	change(&ip.Status)
+	f.g.Expect(k8s.Status().Patch(f.ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+}
+
+// attachedNode is the IP's status.attachedNode as the API server has it.
+func (f *fixture) attachedNode(name string) func() string {
+	return func() string {
+		ip := &ipv1.IP{}
+		f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+		return ip.Status.AttachedNode
+	}
+}
+
+// placedHere creates an IP placed on this node, with its holder pod
+// running here with podIP.
+func (f *fixture) placedHere(name, addr, podIP string) string {
+	f.t.Helper()
+	pod := f.pod(name, thisNode, podIP)
+	return f.ip(name, addr, ipv1.IPStatus{Node: thisNode, Pod: pod})
+}
+
+// attached creates an IP placed on this node and waits until the agent
+// has attached it.
+func (f *fixture) attached(name, addr, podIP string) string {
+	f.t.Helper()
+	ip := f.placedHere(name, addr, podIP)
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	return ip
+}
+
+func assignment(addr, podIP string) netconf.Assignment {
+	return netconf.Assignment{Address: netip.MustParseAddr(addr), PodIP: netip.MustParseAddr(podIP), Interface: uplink}
+}
+
+// An IP placed on this node, whose holder pod runs here with an address, is
+// programmed as address -> pod on the configured uplink, and reported
+// attached once the kernel has it.
+func TestAttachesAnIPPlacedHere(t *testing.T) {
+	f := newFixture(t)
+	ip := f.placedHere("ip", "192.0.2.11", "10.244.1.11")
+
+	want := assignment("192.0.2.11", "10.244.1.11")
+	f.g.Eventually(dp.lastApplied, waitFor).Should(ContainElement(want))
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
+}
+
+// The agent programs only what is placed on its node and not attached
+// elsewhere, and never touches another node's report.
+func TestLeavesOtherNodesIPsAlone(t *testing.T) {
+	f := newFixture(t)
+	here, there := f.pod("here", thisNode, "10.244.1.12"), f.pod("there", otherNode, "10.244.2.12")
+	noAddress := f.pod("starting", thisNode, "")
+	cases := []struct {
+		addr   string
+		status ipv1.IPStatus
+	}{
+		// Placed on another node.
+		{"192.0.2.21", ipv1.IPStatus{Node: otherNode, Pod: there}},
+		// Placed on another node that has already attached it.
+		{"192.0.2.22", ipv1.IPStatus{Node: otherNode, Pod: there, AttachedNode: otherNode}},
+		// Placed here, but the previous node has not released it yet.
+		{"192.0.2.23", ipv1.IPStatus{Node: thisNode, Pod: here, AttachedNode: otherNode}},
+		// Placed here, but the holder runs elsewhere (a stale placement).
+		{"192.0.2.24", ipv1.IPStatus{Node: thisNode, Pod: there}},
+		// Placed here, but the holder has no address yet.
+		{"192.0.2.25", ipv1.IPStatus{Node: thisNode, Pod: noAddress}},
+		// Placed here, but the holder pod does not exist.
+		{"192.0.2.26", ipv1.IPStatus{Node: thisNode, Pod: "default/" + f.name("gone")}},
+	}
+	ips := make([]string, len(cases))
+	for i, c := range cases {
+		ips[i] = f.ip(c.addr, c.addr, c.status)
+	}
+	f.g.Consistently(func(g Gomega) {
+		for i, c := range cases {
+			g.Expect(dp.everApplied(netip.MustParseAddr(c.addr))).To(BeFalse(), c.addr)
+			g.Expect(f.attachedNode(ips[i])()).To(Equal(c.status.AttachedNode), c.addr)
+		}
+	}, quiet, 100*time.Millisecond).Should(Succeed())
+}
+
+// An address moving here from another node is programmed here only once
+// the other node has released it: never two nodes answering at once.
+func TestTakesOverOnlyAfterTheOtherNodeReleased(t *testing.T) {
+	f := newFixture(t)
+	pod := f.pod("app", thisNode, "10.244.1.13")
+	ip := f.ip("ip", "192.0.2.13", ipv1.IPStatus{Node: thisNode, Pod: pod, AttachedNode: otherNode})
+	want := assignment("192.0.2.13", "10.244.1.13")
+	f.g.Consistently(func() bool { return dp.everApplied(want.Address) }, quiet, 100*time.Millisecond).Should(BeFalse())
+
+	f.setStatus(ip, func(s *ipv1.IPStatus) { s.AttachedNode = "" }) // the other agent releases it
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
+}
+
+// An IP that moved to another node is removed from the kernel, and the
+// agent withdraws its report only once the kernel no longer has it: the
+// other node must not attach it while this one still answers.
+func TestReleasesAnIPThatMovedAway(t *testing.T) {
+	f := newFixture(t)
+	ip := f.attached("ip", "192.0.2.14", "10.244.1.14")
+	addr := netip.MustParseAddr("192.0.2.14")
+	there := f.pod("there", otherNode, "10.244.2.14")
+
+	release := dp.linger(t, addr)
+	f.setStatus(ip, func(s *ipv1.IPStatus) { s.Node, s.Pod = otherNode, there })
+	f.g.Eventually(dp.lastApplied, waitFor).ShouldNot(ContainElement(HaveField("Address", addr)))
+	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode),
+		"released while the kernel still had the address")
+
+	release()
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(BeEmpty())
+	f.g.Expect(dp.programmed(addr)).To(BeZero())
+}
+
+// Without its Lease the agent answers for nothing: fencing flushes the
+// kernel, every reconcile programs nothing, nothing is reported attached
+// and what was reported is withdrawn. With the Lease back, it attaches
+// again.
+func TestAnswersForNothingWithoutTheLease(t *testing.T) {
+	f := newFixture(t)
+	before := f.attached("before", "192.0.2.16", "10.244.1.16")
+	t.Cleanup(func() { lease.held.Store(true); agent.Regained() })
+
+	flushes := dp.flushCount()
+	lease.held.Store(false)
+	agent.Fence() // what the heartbeat calls when the Lease lapses
+	f.g.Expect(dp.flushCount()).To(Equal(flushes + 1))
+	f.g.Expect(dp.programmed(netip.MustParseAddr("192.0.2.16"))).To(BeZero())
+
+	during := f.placedHere("during", "192.0.2.17", "10.244.1.17")
+	f.g.Eventually(dp.lastApplied, waitFor).Should(BeEmpty())
+	f.g.Eventually(f.attachedNode(before), waitFor).Should(BeEmpty())
+	f.g.Consistently(func(g Gomega) {
+		g.Expect(dp.lastApplied()).To(BeEmpty())
+		g.Expect(f.attachedNode(during)()).To(BeEmpty())
+		g.Expect(f.attachedNode(before)()).To(BeEmpty())
+	}, quiet, 100*time.Millisecond).Should(Succeed())
+
+	lease.held.Store(true)
+	agent.Regained()
+	f.g.Eventually(f.attachedNode(before), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedNode(during), waitFor).Should(Equal(thisNode))
+}
+
+// An address the kernel has but forwarding to another pod address than the
+// holder's is not reported attached, nor is the report withdrawn.
+func TestPartialProgrammingIsNotReported(t *testing.T) {
+	f := newFixture(t)
+	addr := netip.MustParseAddr("192.0.2.18")
+	fix := dp.forwardElsewhere(t, addr, netip.MustParseAddr("10.244.9.9"))
+	ip := f.placedHere("ip", addr.String(), "10.244.1.18")
+
+	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
+	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(BeEmpty())
+
+	fix()
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+
+	// Drift after the report: not withdrawn while part of it is left.
+	fix = dp.forwardElsewhere(t, addr, netip.MustParseAddr("10.244.9.9"))
+	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
+	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode))
+	fix()
+}
+
+// An address the kernel refuses is reported to the user as a Warning
+// Event on the IP, and not reported attached.
+func TestReportsAttachFailures(t *testing.T) {
+	f := newFixture(t)
+	addr := netip.MustParseAddr("192.0.2.19")
+	fix := dp.fail(t, addr, errors.New("address configured by someone else on eth-test"))
+	ip := f.placedHere("ip", addr.String(), "10.244.1.19")
+
+	f.g.Eventually(func() []eventsv1.Event { return ipEvents(f.ctx, ip) }, waitFor).Should(ContainElement(And(
+		HaveField("Type", corev1.EventTypeWarning),
+		HaveField("Reason", "AttachFailed"),
+		HaveField("Note", "Node node-a could not attach 192.0.2.19: address configured by someone else on eth-test"),
+	)))
+	f.g.Expect(f.attachedNode(ip)()).To(BeEmpty())
+
+	fix()
+	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+}
+
+// ipEvents are the Events about an IP (cluster-scoped objects' Events are
+// in the default namespace).
+func ipEvents(ctx context.Context, name string) []eventsv1.Event {
+	list := &eventsv1.EventList{}
+	_ = k8s.List(ctx, list, client.InNamespace("default"))
+	var events []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "IP" && e.Regarding.Name == name {
+			events = append(events, e)
+		}
+	}
+	return events
+}

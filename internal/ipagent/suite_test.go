@@ -1,0 +1,260 @@
+package ipagent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/test/testenv"
+)
+
+const (
+	// thisNode is the node the agent under test runs on.
+	thisNode = "node-a"
+	// otherNode is any other node.
+	otherNode = "node-b"
+	// uplink is the interface the agent is configured with.
+	uplink = "eth-test"
+	// resync is short so that drift (a removal the kernel has not finished)
+	// is re-checked within a test's patience.
+	resync = 200 * time.Millisecond
+	// waitFor is the patience of every Eventually in this package.
+	waitFor = 20 * time.Second
+)
+
+var (
+	k8s    client.Client // direct, uncached
+	scheme = runtime.NewScheme()
+	agent  *Reconciler
+	dp     = newFakeDataplane()
+	lease  = &fakeLease{}
+)
+
+func TestMain(m *testing.M) {
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(ipv1.AddToScheme(scheme))
+	env, err := testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer func() { _ = env.Stop() }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := startManager(ctx, env); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// startManager runs the agent of thisNode as cmd/ip-agent wires it, with a
+// fake kernel and a Lease the tests hold or drop.
+func startManager(ctx context.Context, env *testenv.Env) error {
+	level := zapcore.DPanicLevel // conflicts are routine and logged as errors
+	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
+		level = zapcore.DebugLevel
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(level)))
+	var err error
+	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", thisNode)},
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	lease.held.Store(true)
+	agent = &Reconciler{
+		Client:    mgr.GetClient(),
+		Recorder:  mgr.GetEventRecorder("ip-agent"),
+		Node:      thisNode,
+		Dataplane: dp,
+		Lease:     lease,
+		Interface: uplink,
+		Resync:    resync,
+	}
+	if err := agent.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return nil
+}
+
+// fakeLease is the heartbeat as the tests want it.
+type fakeLease struct{ held atomic.Bool }
+
+func (l *fakeLease) Held() bool { return l.held.Load() }
+
+// fakeDataplane stands in for the node's kernel: Current reports what
+// Apply programmed, except where a test makes the kernel misbehave.
+type fakeDataplane struct {
+	mu      sync.Mutex
+	kernel  map[netip.Addr]netconf.Assignment
+	applied [][]netconf.Assignment // desired of every Apply, in order
+	flushes int
+
+	// failing addresses cannot be programmed: Apply reports the error.
+	failing map[netip.Addr]error
+	// lingering addresses stay in the kernel after Apply removed them,
+	// until released (a removal that has not completed).
+	lingering map[netip.Addr]bool
+	// wrongPod addresses are programmed to forward to another pod address
+	// than asked (a partial programming).
+	wrongPod map[netip.Addr]netip.Addr
+}
+
+func newFakeDataplane() *fakeDataplane {
+	return &fakeDataplane{
+		kernel:    map[netip.Addr]netconf.Assignment{},
+		failing:   map[netip.Addr]error{},
+		lingering: map[netip.Addr]bool{},
+		wrongPod:  map[netip.Addr]netip.Addr{},
+	}
+}
+
+func (d *fakeDataplane) Apply(_ context.Context, desired []netconf.Assignment) (netconf.Report, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.applied = append(d.applied, slices.Clone(desired))
+	report := netconf.Report{Errors: map[netip.Addr]error{}}
+	next := map[netip.Addr]netconf.Assignment{}
+	for addr, a := range d.kernel {
+		if d.lingering[addr] {
+			next[addr] = a
+		}
+	}
+	for _, a := range desired {
+		if err := d.failing[a.Address]; err != nil {
+			report.Errors[a.Address] = err
+			continue
+		}
+		if p, ok := d.wrongPod[a.Address]; ok {
+			a.PodIP = p
+		}
+		next[a.Address] = a
+	}
+	d.kernel = next
+	return report, nil
+}
+
+func (d *fakeDataplane) Current() ([]netconf.Assignment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Collect(maps.Values(d.kernel)), nil
+}
+
+func (d *fakeDataplane) Flush(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.flushes++
+	d.kernel = map[netip.Addr]netconf.Assignment{}
+	return nil
+}
+
+// lastApplied is what the last Apply was asked to program.
+func (d *fakeDataplane) lastApplied() []netconf.Assignment {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.applied) == 0 {
+		return nil
+	}
+	return d.applied[len(d.applied)-1]
+}
+
+// everApplied reports whether any Apply was asked to program addr.
+func (d *fakeDataplane) everApplied(addr netip.Addr) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, desired := range d.applied {
+		for _, a := range desired {
+			if a.Address == addr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// programmed is what the kernel has for addr (zero if nothing).
+func (d *fakeDataplane) programmed(addr netip.Addr) netconf.Assignment {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.kernel[addr]
+}
+
+func (d *fakeDataplane) flushCount() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.flushes
+}
+
+// fail makes Apply fail to program addr until the test ends or the
+// returned function is called.
+func (d *fakeDataplane) fail(t *testing.T, addr netip.Addr, err error) (fix func()) {
+	return d.misbehave(t, func() { d.failing[addr] = err }, func() { delete(d.failing, addr) })
+}
+
+// linger keeps addr in the kernel after Apply removed it, until the test
+// ends or the returned function is called.
+func (d *fakeDataplane) linger(t *testing.T, addr netip.Addr) (release func()) {
+	return d.misbehave(t, func() { d.lingering[addr] = true }, func() { delete(d.lingering, addr) })
+}
+
+// forwardElsewhere makes Apply program addr to forward to pod instead of
+// the holder's address, until the test ends or the returned function is
+// called.
+func (d *fakeDataplane) forwardElsewhere(t *testing.T, addr, pod netip.Addr) (fix func()) {
+	return d.misbehave(t, func() { d.wrongPod[addr] = pod }, func() { delete(d.wrongPod, addr) })
+}
+
+func (d *fakeDataplane) misbehave(t *testing.T, start, stop func()) func() {
+	d.mu.Lock()
+	start()
+	d.mu.Unlock()
+	var once sync.Once
+	undo := func() {
+		once.Do(func() {
+			d.mu.Lock()
+			stop()
+			d.mu.Unlock()
+		})
+	}
+	t.Cleanup(undo)
+	return undo
+}
