@@ -1,0 +1,330 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Condition types of a RebootGroup.
+const (
+	// ConditionReady summarises the group: True while its rollout can make
+	// progress (possibly waiting for a window or budget), False when it is
+	// paused, halted, stuck or its spec cannot be used; the reason and
+	// message then say which.
+	ConditionReady = "Ready"
+
+	// ConditionPaused is True while spec.paused is set.
+	ConditionPaused = "Paused"
+
+	// ConditionHalted is True when maxFailures reboots of the group have
+	// failed; nothing more is approved until the failed annotations are
+	// removed from the nodes or maxFailures is raised.
+	ConditionHalted = "Halted"
+
+	// ConditionOverlapping is True when some nodes the group selects are also
+	// selected by another group; those nodes are handled by neither, and the
+	// message names them and the other groups.
+	ConditionOverlapping = "Overlapping"
+
+	// ConditionStuck is True when a node of the group was ordered to reboot
+	// more than rebootTimeoutSeconds ago and has not come back; it keeps its
+	// slot of the budget.
+	ConditionStuck = "Stuck"
+)
+
+// Reasons of the conditions of a RebootGroup.
+const (
+	// ReasonRollingOut: nodes of the group are rebooting or waiting for a
+	// slot.
+	ReasonRollingOut = "RollingOut"
+
+	// ReasonIdle: no node of the group needs a reboot.
+	ReasonIdle = "Idle"
+
+	// ReasonOutsideWindow: nodes need a reboot but no maintenance window is
+	// open; the message says when the next one opens.
+	ReasonOutsideWindow = "OutsideWindow"
+
+	// ReasonPaused: spec.paused is set.
+	ReasonPaused = "Paused"
+
+	// ReasonTooManyFailures: maxFailures reboots failed.
+	ReasonTooManyFailures = "TooManyFailures"
+
+	// ReasonRebootTimedOut: a node did not come back within
+	// rebootTimeoutSeconds.
+	ReasonRebootTimedOut = "RebootTimedOut"
+
+	// ReasonNodesOverlap: nodes are selected by this group and another one.
+	ReasonNodesOverlap = "NodesOverlap"
+
+	// ReasonInvalidSpec: the spec passed the API server's checks but cannot be
+	// used, e.g. an unknown time zone; the message says which field and why.
+	ReasonInvalidSpec = "InvalidSpec"
+)
+
+// Weekday is a day of the week, in English.
+// +kubebuilder:validation:Enum=Monday;Tuesday;Wednesday;Thursday;Friday;Saturday;Sunday
+type Weekday string
+
+// RebootGroupSpec says which nodes form the group and how they are rebooted.
+type RebootGroupSpec struct {
+	// nodeSelector selects the group's nodes by node label. Empty or unset
+	// selects every node. A node selected by two or more groups is rebooted
+	// by none of them until the overlap is resolved; each such group reports
+	// it in its Overlapping condition. Nodes no group selects belong to the
+	// group named "default". The group named "default" must not set a
+	// nodeSelector.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.nodeSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.nodeSelector.matchExpressions[] with operator In or NotIn need at least one value"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.nodeSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+
+	// maxUnavailable is how many of the group's nodes may be unavailable at
+	// once: a number (at least 1) or a percentage of the group's nodes from
+	// "1%" to "100%", rounded down but never below one node. A node counts as
+	// unavailable while it is not Ready (False or Unknown), cordoned by anyone,
+	// or rebooting, whatever the cause, so a node that is down for another
+	// reason uses up budget. No node is approved while the group is at or over
+	// its budget. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) != int || self != 0",message="spec.maxUnavailable must be at least 1: 0 would never reboot a node (set spec.paused to stop reboots)"
+	// +kubebuilder:validation:XValidation:rule="type(self) != int || self >= 0",message="spec.maxUnavailable must not be negative"
+	// +kubebuilder:validation:XValidation:rule="type(self) != string || self.matches('^[0-9]+%$')",message="spec.maxUnavailable must be a number such as 2 or a percentage such as 25%"
+	// +kubebuilder:validation:XValidation:rule="type(self) != string || !self.matches('^0+%$')",message="spec.maxUnavailable must be at least 1%: 0% would never reboot a node (set spec.paused to stop reboots)"
+	// +kubebuilder:validation:XValidation:rule="type(self) != string || !self.matches('^[0-9]+%$') || self.matches('^0*([0-9]{1,2}|100)%$')",message="spec.maxUnavailable must be at most 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// windows are the maintenance windows in which reboots may start. With
+	// none, reboots may start at any time. A reboot that started inside a
+	// window is allowed to finish after it closes.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+
+	// drain says how nodes are drained before they reboot.
+	// +optional
+	// +kubebuilder:default={}
+	Drain DrainSpec `json:"drain,omitempty"`
+
+	// soakSeconds is how long a node must stay Ready, with a new boot ID,
+	// after its reboot before it is uncordoned and its slot is given to the
+	// next node. Defaults to 60.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	SoakSeconds int32 `json:"soakSeconds,omitempty"`
+
+	// paused stops approving new reboots in this group. Reboots already
+	// approved run to the end.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// maxFailures halts the group once this many of its nodes have a failed
+	// reboot (one that did not come back within rebootTimeoutSeconds, or whose
+	// boot ID did not change): no more reboots are approved until an admin
+	// removes the reboot.kubext.io/failed annotation from the nodes or raises
+	// maxFailures. 0 never halts. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Maximum=10000
+	// +kubebuilder:validation:XValidation:rule="self >= 0",message="spec.maxFailures must not be negative; 0 means never halt"
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
+
+	// rebootTimeoutSeconds is how long a node may take, from the moment it is
+	// told to reboot (after the drain) until it is Ready again with a new boot
+	// ID. After that its reboot is Stuck: the node keeps counting as
+	// unavailable, the group reports it in its Stuck condition, and it counts
+	// as a failed reboot towards maxFailures. Defaults to 900 (15 minutes).
+	// +optional
+	// +kubebuilder:default=900
+	// +kubebuilder:validation:Minimum=30
+	// +kubebuilder:validation:Maximum=86400
+	RebootTimeoutSeconds int32 `json:"rebootTimeoutSeconds,omitempty"`
+}
+
+// MaintenanceWindow is a time of day, on some days of the week, in one time
+// zone. It follows the local wall clock: on the day clocks go forward a window
+// that spans the skipped hour is an hour shorter (one that starts inside it
+// opens when the clock jumps), and on the day they go back one that spans the
+// repeated hour is an hour longer.
+// +kubebuilder:validation:XValidation:rule="self.start != self.end",message="a window's start and end must differ; use start 00:00 and end 24:00 for the whole day"
+// +kubebuilder:validation:XValidation:rule="self.start != '24:00'",message="a window's start must be between 00:00 and 23:59"
+type MaintenanceWindow struct {
+	// days are the days of the week on which the window opens, e.g.
+	// [Saturday, Sunday]. Empty means every day. A window whose end is
+	// earlier than its start runs past midnight into the next day.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=7
+	Days []Weekday `json:"days,omitempty"`
+
+	// start is the local time the window opens, as HH:MM on a 24-hour clock
+	// (00:00 to 23:59).
+	// +required
+	// +kubebuilder:validation:MaxLength=5
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$')",message="a window's start and end must be times as HH:MM on a 24-hour clock, e.g. 02:00 or 22:30"
+	Start string `json:"start"`
+
+	// end is the local time the window closes, as HH:MM on a 24-hour clock
+	// (00:01 to 24:00; 24:00 is midnight at the end of the day). An end
+	// earlier than start closes the window on the next day.
+	// +required
+	// +kubebuilder:validation:MaxLength=5
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([01][0-9]|2[0-3]):[0-5][0-9]$|^24:00$')",message="a window's start and end must be times as HH:MM on a 24-hour clock, e.g. 02:00 or 22:30"
+	End string `json:"end"`
+
+	// timeZone is the IANA time zone name start and end are in, e.g.
+	// Europe/Oslo or America/New_York. Defaults to UTC. The API server checks
+	// only the form of the name: a well-formed name that is not in the time
+	// zone database (e.g. Europe/Osloo) is reported by the controller in the
+	// group's Ready condition (reason InvalidSpec), and the group reboots
+	// nothing until it is fixed.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$') && self != 'Local'",message="spec.windows[].timeZone must be an IANA time zone name such as Europe/Oslo, America/New_York or UTC"
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// DrainSpec says how a node is drained before its reboot. Pods are evicted
+// through the Eviction API, so PodDisruptionBudgets hold; DaemonSet pods and
+// static pods are left alone.
+type DrainSpec struct {
+	// timeoutSeconds is how long the drain may take. When it runs out the
+	// node is uncordoned (if kubext cordoned it), gives its slot back and is
+	// tried again later with backoff; the pod or PodDisruptionBudget that
+	// blocked it is named in an Event and in the group's status. Defaults to
+	// 1800 (30 minutes).
+	// +optional
+	// +kubebuilder:default=1800
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// gracePeriodSeconds overrides the termination grace period of evicted
+	// pods. Unset uses each pod's own terminationGracePeriodSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
+
+	// blockingPodSelector selects pods, by label, that hold back a node's
+	// reboot while one of them runs on the node (e.g. a batch job that must
+	// not be interrupted). The node waits, without being cordoned, and the
+	// group's status names the pod. Unset blocks nothing.
+	// +optional
+	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
+
+	// deleteEmptyDirData allows evicting pods that use emptyDir volumes,
+	// whose data is lost with the pod. When false, such a pod blocks the
+	// drain until timeoutSeconds. Defaults to true.
+	// +optional
+	// +kubebuilder:default=true
+	DeleteEmptyDirData *bool `json:"deleteEmptyDirData,omitempty"`
+}
+
+// RebootGroupStatus reports the progress of the group's reboots.
+type RebootGroupStatus struct {
+	// nodes is the number of nodes the group selects, including nodes it
+	// shares with another group (which count against its budget but which it
+	// does not reboot).
+	// +optional
+	Nodes int32 `json:"nodes"`
+
+	// maxUnavailable is spec.maxUnavailable resolved against nodes.
+	// +optional
+	MaxUnavailable int32 `json:"maxUnavailable"`
+
+	// unavailable is the number of the group's nodes that are unavailable for
+	// any reason (not Ready, cordoned, or rebooting).
+	// +optional
+	Unavailable int32 `json:"unavailable"`
+
+	// needing is the number of nodes that need a reboot and have not been
+	// approved yet.
+	// +optional
+	Needing int32 `json:"needing"`
+
+	// rebooting is the number of nodes approved and not yet verified: being
+	// drained, rebooting, or soaking.
+	// +optional
+	Rebooting int32 `json:"rebooting"`
+
+	// done is the number of nodes whose last reboot through kubext was
+	// verified and that need no other.
+	// +optional
+	Done int32 `json:"done"`
+
+	// failed is the number of nodes whose reboot failed or is stuck.
+	// +optional
+	Failed int32 `json:"failed"`
+
+	// currentNodes are the names of the nodes rebooting now.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=1000
+	CurrentNodes []string `json:"currentNodes,omitempty"`
+
+	// nextWindow is when the next maintenance window opens, while nodes wait
+	// for one.
+	// +optional
+	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
+
+	// observedGeneration is the metadata.generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are Ready (the summary), Paused, Halted, Overlapping and
+	// Stuck.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RebootGroup is a set of nodes that kubext reboots in a rolling fashion, no
+// more than maxUnavailable of them unavailable at once, inside maintenance
+// windows. A node asks for a reboot with the annotation
+// reboot.kubext.io/needed=true.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:path=rebootgroups,scope=Cluster,shortName=rbg
+// +kubebuilder:validation:XValidation:rule="self.metadata.name != 'default' || !has(self.spec.nodeSelector)",message="the RebootGroup named default holds the nodes no other group selects and must not set spec.nodeSelector"
+// +kubebuilder:printcolumn:name="MaxUnavailable",type=string,JSONPath=".spec.maxUnavailable"
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=".status.nodes",priority=1
+// +kubebuilder:printcolumn:name="Needing",type=integer,JSONPath=".status.needing"
+// +kubebuilder:printcolumn:name="Rebooting",type=integer,JSONPath=".status.rebooting"
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=".status.failed",priority=1
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=".spec.paused"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].message",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type RebootGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec describes the group.
+	// +optional
+	Spec RebootGroupSpec `json:"spec,omitempty"`
+
+	// status is written by the operator.
+	// +optional
+	Status RebootGroupStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// RebootGroupList is a list of RebootGroups.
+type RebootGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RebootGroup `json:"items"`
+}
