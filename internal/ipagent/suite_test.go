@@ -49,12 +49,15 @@ var (
 	agent  *Reconciler
 	dp     = newFakeDataplane()
 	lease  = &fakeLease{}
+	// testEnv is the API server, for tests that need their own clients.
+	testEnv *testenv.Env
 )
 
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ipv1.AddToScheme(scheme))
 	env, err := testenv.Start()
+	testEnv = env
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -4,9 +4,16 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -43,4 +50,43 @@ func Start() (*Env, error) {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	return &Env{Environment: env, Config: cfg}, nil
+}
+
+// Apply creates or updates, with server-side apply, every object in the
+// YAML files (paths relative to the repository root), e.g. the admission
+// policies in config/policy.
+func (e *Env) Apply(ctx context.Context, files ...string) error {
+	root, err := lab.RepoRoot()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(e.Config, client.Options{})
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		data, err := os.Open(filepath.Join(root, f))
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(data, 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				data.Close()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("testenv"), client.ForceOwnership); err != nil {
+				data.Close()
+				return fmt.Errorf("%s: applying %s %s: %w", f, u.GetKind(), u.GetName(), err)
+			}
+		}
+	}
+	return nil
 }
