@@ -82,7 +82,7 @@ func (e *Env) Apply(ctx context.Context, files ...string) error {
 			if len(u.Object) == 0 {
 				continue
 			}
-			if err := c.Patch(ctx, u, client.Apply, client.FieldOwner("testenv"), client.ForceOwnership); err != nil {
+			if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("testenv"), client.ForceOwnership); err != nil {
 				data.Close()
 				return fmt.Errorf("%s: applying %s %s: %w", f, u.GetKind(), u.GetName(), err)
 			}
