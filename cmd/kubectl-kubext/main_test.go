@@ -19,7 +19,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -56,20 +55,11 @@ func TestMain(m *testing.M) {
 // setup writes a kubeconfig for the plugin, as a user would have one, and
 // makes the client the tests arrange objects with.
 func setup() error {
-	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return err
-	}
-	data, err := admin.KubeConfig()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "kubectl-kubext-test")
 	if err != nil {
 		return err
 	}
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+	if kubeconfig, err = env.WriteKubeconfig(dir); err != nil {
 		return err
 	}
 	k8s, err = client.New(env.Config, client.Options{Scheme: plugin.Scheme})

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -35,24 +33,13 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer func() { _ = env.Stop() }()
-		admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		data, err := admin.KubeConfig()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 		dir, err := os.MkdirTemp("", "manager-test")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		kubeconfig = filepath.Join(dir, "kubeconfig")
-		if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
+		if kubeconfig, err = env.WriteKubeconfig(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

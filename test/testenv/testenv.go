@@ -90,3 +90,18 @@ func (e *Env) Apply(ctx context.Context, files ...string) error {
 	}
 	return nil
 }
+
+// WriteKubeconfig writes a kubeconfig for an administrator of the envtest
+// API server into dir, for tests that run a command with --kubeconfig.
+func (e *Env) WriteKubeconfig(dir string) (string, error) {
+	admin, err := e.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	data, err := admin.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
+}
