@@ -8,6 +8,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/internal/controller/crontab"
 	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
 	"github.com/kubext/kubext/internal/controller/ippool"
 	"github.com/kubext/kubext/internal/heartbeat"
@@ -40,6 +42,7 @@ type controller struct {
 var controllers = []controller{
 	{name: "ip", addToScheme: ipv1.AddToScheme, setup: setupIP},
 	{name: "ippool", addToScheme: ipv1.AddToScheme, setup: setupIPPool},
+	{name: "crontab", addToScheme: stablev1.AddToScheme, setup: setupCronTab},
 }
 
 func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
@@ -55,5 +58,12 @@ func setupIPPool(_ context.Context, mgr ctrl.Manager, _ *options) error {
 	return (&ippool.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("ippool-controller"),
+	}).SetupWithManager(mgr)
+}
+
+func setupCronTab(_ context.Context, mgr ctrl.Manager, _ *options) error {
+	return (&crontab.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("crontab-controller"),
 	}).SetupWithManager(mgr)
 }

@@ -31,6 +31,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"The lab: a real control plane with simulated nodes", labScenario},
 	{"Static IP: one fixed address for a partner, in and out, moved in seconds on node failure", staticIPScenario},
+	{"CronTab: the Kubernetes docs' example CRD, reconciled into a CronJob", crontabScenario},
 }
 
 func main() {
