@@ -63,7 +63,7 @@ func TestAgentMaySpeakOnlyForItsOwnNode(t *testing.T) {
 	ip.Status = ipv1.IPStatus{Address: "192.0.2.99", Node: nodeX, Pod: "default/app"}
 	g.Expect(k8s.Status().Update(ctx, ip)).To(Succeed())
 
-	setAttached := func(c client.Client, to string, also func(*ipv1.IP)) error {
+	setAttached := func(c client.Client, to string, also func(*ipv1.IP), opts ...client.SubResourcePatchOption) error {
 		cur := &ipv1.IP{}
 		if err := k8s.Get(ctx, client.ObjectKey{Name: "policy-ip"}, cur); err != nil {
 			return err
@@ -73,11 +73,12 @@ func TestAgentMaySpeakOnlyForItsOwnNode(t *testing.T) {
 		if also != nil {
 			also(cur)
 		}
-		return c.Status().Patch(ctx, cur, client.MergeFrom(orig))
+		return c.Status().Patch(ctx, cur, client.MergeFrom(orig), opts...)
 	}
 	other := agentClient(t, nodeY)
-	// The policy takes a moment to load: wait until it refuses.
-	g.Eventually(func() error { return setAttached(other, nodeY, nil) }, waitFor, 100*time.Millisecond).Should(
+	// The policy takes a moment to load: wait (with dry runs, which change
+	// nothing if they pass) until it refuses.
+	g.Eventually(func() error { return setAttached(other, nodeY, nil, client.DryRunAll) }, waitFor, 100*time.Millisecond).Should(
 		MatchError(ContainSubstring("the ip-agent of node node-y may only attach an IP placed on its own node")))
 
 	own := agentClient(t, nodeX)

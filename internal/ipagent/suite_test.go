@@ -2,17 +2,14 @@ package ipagent
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -56,33 +52,15 @@ var (
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ipv1.AddToScheme(scheme))
-	env, err := testenv.Start()
-	testEnv = env
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer func() { _ = env.Stop() }()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		if err := startManager(ctx, env); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	testenv.Main(m, func(ctx context.Context, env *testenv.Env) error {
+		testEnv = env
+		return startManager(ctx, env)
+	})
 }
 
 // startManager runs the agent of thisNode as cmd/ip-agent wires it, with a
 // fake kernel and a Lease the tests hold or drop.
 func startManager(ctx context.Context, env *testenv.Env) error {
-	level := zapcore.DPanicLevel // conflicts are routine and logged as errors
-	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(level)))
 	var err error
 	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
@@ -111,11 +89,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err := agent.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	testenv.StartManager(ctx, mgr)
 	return nil
 }
 

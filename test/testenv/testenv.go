@@ -10,6 +10,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"testing"
+
+	"go.uber.org/zap/zapcore"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -104,4 +109,48 @@ func (e *Env) WriteKubeconfig(dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// Main runs a package's tests against one envtest API server, the way each
+// controller package's TestMain does: it starts the server, calls setup
+// (clients, a manager started with ctx), runs the tests and stops it all.
+// It does not return.
+func Main(m *testing.M, setup func(ctx context.Context, env *Env) error) {
+	SetLogger()
+	env, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer func() { _ = env.Stop() }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := setup(ctx, env); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// SetLogger makes controller-runtime log only what matters in a test run:
+// optimistic-concurrency conflicts are routine and logged as errors.
+// KUBEXT_TEST_VERBOSE=1 logs everything.
+func SetLogger() {
+	level := zapcore.DPanicLevel
+	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
+		level = zapcore.DebugLevel
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(level)))
+}
+
+// StartManager runs the manager in the background until ctx ends.
+func StartManager(ctx context.Context, mgr ctrl.Manager) {
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
 }

@@ -2,8 +2,6 @@ package ip
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,10 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"go.uber.org/zap/zapcore"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/controller/ippool"
@@ -37,26 +32,10 @@ var (
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ipv1.AddToScheme(scheme))
-	env, err := testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer func() { _ = env.Stop() }()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		if err := startManager(ctx, env); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	testenv.Main(m, startManager)
 }
 
 func startManager(ctx context.Context, env *testenv.Env) error {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(zapLevel())))
 	var err error
 	k8s, err = client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
@@ -83,20 +62,8 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err := (&ippool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	testenv.StartManager(ctx, mgr)
 	return nil
-}
-
-// zapLevel is quiet unless KUBEXT_TEST_VERBOSE is set.
-func zapLevel() zapcore.Level {
-	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
-		return zapcore.DebugLevel
-	}
-	return zapcore.DPanicLevel // conflicts are routine and logged as errors
 }
 
 // waitFor is the patience of every Eventually in this package.

@@ -2,21 +2,16 @@ package ippool
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zapcore"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -30,45 +25,31 @@ var (
 	k8s    client.Client // direct, uncached
 	scheme = runtime.NewScheme()
 	// binding is the ValidatingAdmissionPolicyBinding of
-	// config/policy/ippool-delete.yaml, as written there.
+	// config/policy/ippool-delete.yaml, without server-set metadata.
 	binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 )
 
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(ipv1.AddToScheme(scheme))
-	env, err := testenv.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := func() int {
-		defer func() { _ = env.Stop() }()
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		if err := startManager(ctx, env); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		return m.Run()
-	}()
-	os.Exit(code)
+	testenv.Main(m, startManager)
 }
 
 func startManager(ctx context.Context, env *testenv.Env) error {
-	level := zapcore.DPanicLevel // conflicts are routine and logged as errors
-	if os.Getenv("KUBEXT_TEST_VERBOSE") != "" {
-		level = zapcore.DebugLevel
-	}
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr), zap.Level(level)))
 	var err error
 	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	if err := applyDeletePolicy(ctx); err != nil {
+	// The admission policy, as `make deploy` installs it; the binding is kept
+	// so that a test can lift it for a while.
+	if err := env.Apply(ctx, "config/policy/ippool-delete.yaml"); err != nil {
 		return err
 	}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "ippool-in-use.ip.kubext.io"}, binding); err != nil {
+		return err
+	}
+	binding.ObjectMeta = metav1.ObjectMeta{Name: binding.Name}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -79,37 +60,6 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-	return nil
-}
-
-// applyDeletePolicy installs config/policy/ippool-delete.yaml, as `make
-// deploy` does.
-func applyDeletePolicy(ctx context.Context) error {
-	f, err := os.Open(filepath.Join("..", "..", "..", "config", "policy", "ippool-delete.yaml"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }()
-	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-	for _, doc := range []struct {
-		obj  client.Object
-		kind string
-	}{{policy, "ValidatingAdmissionPolicy"}, {binding, "ValidatingAdmissionPolicyBinding"}} {
-		if err := dec.Decode(doc.obj); err != nil {
-			return fmt.Errorf("ippool-delete.yaml: %w", err)
-		}
-		if kind := doc.obj.GetObjectKind().GroupVersionKind().Kind; kind != doc.kind {
-			return fmt.Errorf("ippool-delete.yaml: found a %s where a %s was expected", kind, doc.kind)
-		}
-		if err := k8s.Create(ctx, doc.obj.DeepCopyObject().(client.Object)); err != nil {
-			return err
-		}
-	}
+	testenv.StartManager(ctx, mgr)
 	return nil
 }
