@@ -165,7 +165,9 @@ func podReady(p *corev1.Pod) bool {
 func (r *Reconciler) nodeAllowed(ctx context.Context, ip *ipv1.IP) (func(string) bool, error) {
 	pool := &ipv1.IPPool{}
 	if err := r.Get(ctx, types.NamespacedName{Name: ip.Status.Pool}, pool); err != nil {
-		return nil, client.IgnoreNotFound(err)
+		// A pool deleted meanwhile allows no node; the next reconcile
+		// reports it on Allocated.
+		return func(string) bool { return false }, client.IgnoreNotFound(err)
 	}
 	if pool.Spec.NodeSelector == nil {
 		return func(string) bool { return true }, nil
