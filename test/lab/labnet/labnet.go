@@ -260,12 +260,7 @@ const readyTimeout = 10 * time.Second
 func waitOperUp(bridge string, members []Member, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for _, m := range members {
-		ns, err := netns.GetFromName(m.Namespace)
-		if err != nil {
-			return err
-		}
-		h, err := netlink.NewHandleAt(ns)
-		ns.Close()
+		h, err := handleIn(m.Namespace)
 		if err != nil {
 			return err
 		}

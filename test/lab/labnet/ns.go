@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
 
@@ -131,4 +132,15 @@ func NamespacePIDs(namespace string) ([]int, error) {
 	}
 	slices.Sort(pids)
 	return pids, nil
+}
+
+// handleIn opens a netlink handle working in the named namespace; the
+// caller closes it.
+func handleIn(namespace string) (*netlink.Handle, error) {
+	ns, err := netns.GetFromName(namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close() // the handle's sockets keep the namespace
+	return netlink.NewHandleAt(ns)
 }

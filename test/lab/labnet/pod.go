@@ -271,17 +271,12 @@ func (n *Network) RemovePod(node, pod string) error {
 
 // deleteLinkIn deletes link name in the named namespace, if both exist.
 func deleteLinkIn(namespace, name string) error {
-	ns, err := netns.GetFromName(namespace)
+	h, err := handleIn(namespace)
 	if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("labnet: open %s: %w", namespace, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return err
 	}
 	defer h.Close()
 	l, err := h.LinkByName(name)
@@ -317,12 +312,7 @@ func (n *Network) isolatePods() error {
 }
 
 func (n *Network) isolatePodsIn(m Member) error {
-	ns, err := netns.GetFromName(m.Namespace)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	h, err := handleIn(m.Namespace)
 	if err != nil {
 		return err
 	}
@@ -410,13 +400,7 @@ func (n *Network) forgetUnresolved() error {
 	}
 	errs = append(errs, forgetUnresolvedOn(&netlink.Handle{}, br.Attrs().Index))
 	for _, m := range n.members() {
-		ns, err := netns.GetFromName(m.Namespace)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		h, err := netlink.NewHandleAt(ns)
-		ns.Close()
+		h, err := handleIn(m.Namespace)
 		if err != nil {
 			errs = append(errs, err)
 			continue
