@@ -1,0 +1,110 @@
+// Command reboot-agent runs on every node (a DaemonSet; a local process per
+// simulated node in the lab). It asks for a reboot when the node's sentinel
+// file appears, and reboots the node when the reboot controller orders it,
+// once per boot.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubext/kubext/internal/rebootagent"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "reboot-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("reboot-agent", flag.ContinueOnError)
+	config.RegisterFlags(fs)
+	a := &rebootagent.Agent{}
+	var method, command, metricsAddr, probeAddr string
+	fs.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
+	fs.StringVar(&a.SentinelFile, "sentinel-file", rebootagent.DefaultSentinelFile,
+		`File whose presence asks for a reboot of the node ("" = none). A file older than the current boot is ignored: the reboot it asked for has happened.`)
+	fs.DurationVar(&a.SentinelInterval, "sentinel-interval", rebootagent.DefaultSentinelInterval, "How often the sentinel file is looked for.")
+	fs.StringVar(&method, "reboot-method", "command",
+		"How to reboot: command (run --reboot-command) or signal (SIGRTMIN+5 to the host's systemd; needs hostPID and root, no tools in the image).")
+	fs.StringVar(&command, "reboot-command", rebootagent.DefaultRebootCommand,
+		"Command that reboots the machine, split on white space (no shell). The default needs hostPID, privileges and nsenter in the image.")
+	fs.StringVar(&a.BootIDFile, "boot-id-file", rebootagent.DefaultBootIDFile,
+		`File with the machine's current boot ID; an order is obeyed only if it matches too ("" = trust the Node's status alone).`)
+	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")
+	opts := zap.Options{Development: true}
+	opts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", a.Node))
+	if a.Node == "" {
+		return errors.New("--node-name or $NODE_NAME is required")
+	}
+	switch method {
+	case "command":
+		c, err := rebootagent.ParseCommand(command)
+		if err != nil {
+			return fmt.Errorf("--reboot-command: %w", err)
+		}
+		a.Rebooter = c
+	case "signal":
+		a.Rebooter = rebootagent.Signal{PID: 1}
+	default:
+		return fmt.Errorf("--reboot-method must be command or signal, not %q", method)
+	}
+	if a.BootIDFile != "" {
+		// Fail now rather than refuse every order later.
+		if _, err := os.ReadFile(a.BootIDFile); err != nil {
+			return fmt.Errorf("--boot-id-file: %w", err)
+		}
+	}
+	if _, err := rebootagent.HostBootTime(); err == nil {
+		a.BootTime = rebootagent.HostBootTime
+	} else {
+		ctrl.Log.Info("The machine's boot time is unknown, so a sentinel file left from before the boot cannot be told apart", "error", err.Error())
+	}
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		Cache:                  rebootagent.CacheOptions(a.Node),
+	})
+	if err != nil {
+		return err
+	}
+	a.Client, a.Cache, a.Recorder = mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("reboot-agent")
+	if err := a.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("node-cache", a.Ready); err != nil {
+		return err
+	}
+	ctrl.Log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile)
+	return mgr.Start(ctx)
+}

@@ -1,0 +1,316 @@
+package rebootagent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+)
+
+// Defaults of the agent's settings.
+const (
+	// DefaultSentinelFile is where Debian and Ubuntu note that an update
+	// needs a reboot.
+	DefaultSentinelFile = "/var/run/reboot-required"
+	// DefaultSentinelInterval is how often the sentinel file is looked for.
+	DefaultSentinelInterval = 5 * time.Second
+	// DefaultBootIDFile is where Linux reports the current boot's ID, the
+	// one the kubelet copies into status.nodeInfo.bootID.
+	DefaultBootIDFile = "/proc/sys/kernel/random/boot_id"
+)
+
+// Event reasons of the agent, on its Node.
+const (
+	ReasonRebootRequested     = "RebootRequested"
+	ReasonRebooting           = "Rebooting"
+	ReasonRebootCommandFailed = "RebootCommandFailed"
+	ReasonSentinelStale       = "SentinelStale"
+)
+
+// Agent is the reboot agent of one node. It watches only its own Node
+// (CacheOptions) and acts only once the cache has synced.
+type Agent struct {
+	// Client reads the Node from the manager's cache and writes to the API
+	// server.
+	Client   client.Client
+	Cache    cache.Cache
+	Recorder events.EventRecorder
+	// Node is the name of the agent's node.
+	Node string
+	// Rebooter reboots the machine.
+	Rebooter Rebooter
+	// SentinelFile, when it exists, asks for a reboot ("" disables).
+	SentinelFile string
+	// SentinelInterval is how often SentinelFile is looked for.
+	SentinelInterval time.Duration
+	// BootIDFile holds the machine's current boot ID ("" trusts the Node's
+	// status alone, as in the lab, where nodes have no kernel of their
+	// own).
+	BootIDFile string
+	// BootTime returns when the machine booted, on the clock of file
+	// modification times (nil when unknown: then no sentinel is stale).
+	BootTime func() (time.Time, error)
+
+	mu    sync.Mutex
+	tried attempts
+	// staleReported is the modification time of the stale sentinel last
+	// reported, so that it is reported once.
+	staleReported time.Time
+	synced        atomic.Bool
+}
+
+// CacheOptions restricts the manager's cache to the agent's own Node: the
+// agent neither needs nor should see any other.
+func CacheOptions(node string) cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", node)},
+	}}
+}
+
+// SetupWithManager registers the reboot controller of the node and the
+// sentinel watcher with mgr.
+func (a *Agent) SetupWithManager(mgr ctrl.Manager) error {
+	if a.Rebooter == nil {
+		return errors.New("rebootagent: no way to reboot")
+	}
+	if a.SentinelInterval <= 0 {
+		a.SentinelInterval = DefaultSentinelInterval
+	}
+	if err := mgr.Add(manager.RunnableFunc(a.watchSentinel)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("reboot-agent").
+		// Whatever the cache holds, act on this node only: an order on
+		// another node must never reboot this machine.
+		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetName() == a.Node
+		}))).
+		// One reboot at a time, and the memory of attempts stays simple.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(a)
+}
+
+// Ready is a readiness check: the agent is ready once its cache has synced.
+func (a *Agent) Ready(*http.Request) error {
+	if !a.synced.Load() {
+		return errors.New("the node cache has not synced")
+	}
+	return nil
+}
+
+// Reconcile reboots the node when the controller ordered it for the
+// current boot, once per boot.
+func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	node := &corev1.Node{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	local, err := a.localBootID()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	order, ok, why := RebootOrder(node, local)
+	if !ok {
+		if _, now := node.Annotations[rebootv1.AnnotationNow]; now {
+			log.V(1).Info("Not rebooting", "why", why)
+		}
+		return ctrl.Result{}, nil
+	}
+	a.mu.Lock()
+	run, wait := a.tried.due(order.BootID, time.Now())
+	a.mu.Unlock()
+	if !run {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+
+	log.Info("Rebooting node", "bootID", order.BootID, "with", a.Rebooter.String())
+	a.Recorder.Eventf(node, nil, corev1.EventTypeNormal, ReasonRebooting, "Reboot",
+		"Rebooting node (boot ID %s, as ordered at %s)", order.BootID, node.Annotations[rebootv1.AnnotationNow])
+	out, err := a.Rebooter.Reboot(ctx)
+	if ctx.Err() != nil {
+		// Stopping; the command goes on without us.
+		return ctrl.Result{}, nil
+	}
+	a.mu.Lock()
+	wait = a.tried.record(order.BootID, err, time.Now())
+	a.mu.Unlock()
+	if err != nil {
+		log.Error(err, "Reboot failed", "with", a.Rebooter.String(), "retryIn", wait)
+		a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRebootCommandFailed, "Reboot",
+			"Reboot by %s failed, retrying in %s: %v", a.Rebooter, wait, err)
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	// On a real machine the agent is stopped by the reboot about now.
+	// Where the command returns after the whole reboot (the lab's simulated
+	// one), the agent carries on as one restarted after the boot would; the
+	// controller verifies.
+	log.Info("Reboot started", "output", out)
+	return ctrl.Result{}, nil
+}
+
+func (a *Agent) localBootID() (string, error) {
+	if a.BootIDFile == "" {
+		return "", nil
+	}
+	data, err := os.ReadFile(a.BootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("reading the machine's boot ID: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// watchSentinel looks for the sentinel file every SentinelInterval, once the
+// cache has synced (deciding from an empty cache would request reboots the
+// node already asked for).
+func (a *Agent) watchSentinel(ctx context.Context) error {
+	if !a.Cache.WaitForCacheSync(ctx) {
+		return nil // stopping
+	}
+	a.synced.Store(true)
+	if a.SentinelFile == "" {
+		return nil
+	}
+	t := time.NewTicker(a.SentinelInterval)
+	defer t.Stop()
+	for {
+		if err := a.checkSentinel(ctx); err != nil && ctx.Err() == nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Checking the sentinel file", "file", a.SentinelFile)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) checkSentinel(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx)
+	s, err := statSentinel(a.SentinelFile)
+	if err != nil {
+		return err
+	}
+	if !s.Present {
+		return nil
+	}
+	node := &corev1.Node{}
+	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("node %s does not exist", a.Node)
+		}
+		return err
+	}
+	var booted time.Time
+	if a.BootTime != nil {
+		if booted, err = a.BootTime(); err != nil {
+			return fmt.Errorf("reading the machine's boot time: %w", err)
+		}
+	}
+	switch SentinelDecision(node, s, booted) {
+	case SentinelRequest:
+		return a.request(ctx, node)
+	case SentinelStale:
+		if !s.Modified.Equal(a.staleReported) {
+			a.staleReported = s.Modified
+			log.Info("Sentinel file predates the current boot; not asking for another reboot",
+				"file", a.SentinelFile, "modified", s.Modified, "booted", booted)
+			a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonSentinelStale, "RequestReboot",
+				"Sentinel file %s was last modified at %s, before the node booted at %s: the reboot it asks for has happened; remove the file",
+				a.SentinelFile, s.Modified.UTC().Format(time.RFC3339), booted.UTC().Format(time.RFC3339))
+		}
+	case SentinelNothing:
+	}
+	return nil
+}
+
+// request sets reboot.kubext.io/needed=true on the node, and nothing else,
+// then waits until the cache shows it so that the next look at the
+// sentinel does not ask again.
+func (a *Agent) request(ctx context.Context, cached *corev1.Node) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
+	// A fresh object: Patch writes the answer into it, and the cached
+	// one must not change.
+	target := &corev1.Node{}
+	target.Name = a.Node
+	if err := a.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("asking for a reboot: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Sentinel file present, reboot requested", "file", a.SentinelFile)
+	a.Recorder.Eventf(cached, nil, corev1.EventTypeNormal, ReasonRebootRequested, "RequestReboot",
+		"Sentinel file %s present, reboot requested", a.SentinelFile)
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n := &corev1.Node{}
+		if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, n); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		v, ok := n.Annotations[rebootv1.AnnotationNeeded]
+		return ok && v != "false", nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("the request was sent, but the node cache did not show it within 10s: %w", err)
+	}
+	return nil
+}
+
+func statSentinel(path string) (Sentinel, error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Sentinel{}, nil
+	}
+	if err != nil {
+		return Sentinel{}, err
+	}
+	return Sentinel{Present: true, Modified: fi.ModTime()}, nil
+}
+
+// HostBootTime reads when the machine booted from /proc/stat (btime), on the
+// same clock as file modification times. /proc/stat is not namespaced, so
+// in a container it is the host's boot.
+func HostBootTime() (time.Time, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	return parseBootTime(data)
+}
+
+func parseBootTime(stat []byte) (time.Time, error) {
+	sc := bufio.NewScanner(bytes.NewReader(stat))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "btime "); ok {
+			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("btime %q: %w", v, err)
+			}
+			return time.Unix(secs, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
+}
