@@ -1,0 +1,273 @@
+// Package redisrepl keeps a group of Redis servers replicating from one
+// primary: it observes each member (INFO replication), decides with pure
+// logic which member is the primary and who must be repointed, and acts
+// (REPLICAOF NO ONE, REPLICAOF host port). It knows nothing of Kubernetes:
+// the Redis controller gives it the members' addresses.
+package redisrepl
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Role is the replication role a Redis server reports.
+type Role string
+
+const (
+	// RolePrimary is a server that accepts writes ("master" in Redis).
+	RolePrimary Role = "master"
+	// RoleReplica is a server that copies a primary ("slave" in Redis).
+	RoleReplica Role = "slave"
+)
+
+// Member is one Redis server of the group, as the caller knows it.
+type Member struct {
+	// Name identifies the member (its pod's name).
+	Name string
+	// Addr is host:port; empty when the member has no address yet.
+	Addr string
+	// Leaving marks a member being removed (scale down): it is not made
+	// primary while another member can be.
+	Leaving bool
+}
+
+// State is what a member reports about its replication.
+type State struct {
+	Role Role
+	// PrimaryAddr is, for a replica, the host:port it replicates from.
+	PrimaryAddr string
+	// LinkUp is, for a replica, whether its link to PrimaryAddr is up and
+	// the initial copy done (master_link_status:up).
+	LinkUp bool
+	// Offset is how far into the replication stream the member is: the
+	// amount of data it holds, comparable between members of one group.
+	Offset int64
+}
+
+// Observation is a member and what it reported, or why it could not be
+// asked.
+type Observation struct {
+	Member
+	State State
+	// Err is why the member could not be observed; nil when it was.
+	Err error
+}
+
+// Reachable reports whether the member answered.
+func (o Observation) Reachable() bool { return o.Addr != "" && o.Err == nil }
+
+// ActionKind is what is done to a member.
+type ActionKind string
+
+const (
+	// Promote makes a replica the primary: REPLICAOF NO ONE.
+	Promote ActionKind = "promote"
+	// Follow makes a member replicate from the primary: REPLICAOF host port.
+	Follow ActionKind = "follow"
+)
+
+// Action is one command for one member.
+type Action struct {
+	Kind   ActionKind
+	Member string
+	Addr   string
+	// Primary is the address to follow, for Follow.
+	Primary string
+}
+
+func (a Action) String() string {
+	if a.Kind == Follow {
+		return fmt.Sprintf("%s (%s): replicate from %s", a.Member, a.Addr, a.Primary)
+	}
+	return fmt.Sprintf("%s (%s): become primary", a.Member, a.Addr)
+}
+
+// Change says how the primary was chosen.
+type Change string
+
+const (
+	// Kept means the preferred primary is alive and stays primary.
+	Kept Change = "Kept"
+	// Elected means the preferred primary is not primary (or there was none),
+	// and another member that already is primary was chosen.
+	Elected Change = "Elected"
+	// Promoted means no suitable primary was alive, so a replica is promoted:
+	// the one with the most data.
+	Promoted Change = "Promoted"
+	// Lost means there is no primary and no member can be made one.
+	Lost Change = "Lost"
+)
+
+// Plan is what Decide wants done.
+type Plan struct {
+	// Primary is the member that is primary once the actions are done;
+	// empty when Change is Lost.
+	Primary     string
+	PrimaryAddr string
+	Change      Change
+	// Why explains a change of primary (Elected, Promoted, Lost) in a
+	// sentence; empty when Kept.
+	Why string
+	// Actions, in order: the promotion first, then the members to repoint.
+	Actions []Action
+}
+
+// Decide chooses the primary and the commands that make every reachable
+// member replicate from it. It prefers, in order:
+//
+//  1. preferred (the current primary), while it is alive: it answers as a
+//     primary, or replicas that answer have their link up to it;
+//  2. another live primary: the one most replicas follow, then the one with
+//     the most data, then the first given;
+//  3. the reachable replica with the most data (highest offset), promoted;
+//  4. a leaving primary, when no other member can be primary.
+//
+// A primary no replica follows while a replica holds more data than it has
+// restarted empty: it is not chosen, so that its replicas do not copy its
+// empty data set. Members that are Leaving are chosen only by rule 4. After
+// the actions no reachable member but the chosen one is a primary.
+func Decide(obs []Observation, preferred string) Plan {
+	byAddr := map[string]int{}
+	for i, o := range obs {
+		if o.Addr != "" {
+			byAddr[o.Addr] = i
+		}
+	}
+	// linked[i] counts the reachable replicas whose link to obs[i] is up.
+	linked := make([]int, len(obs))
+	var mostData int64 = -1 // highest offset of a staying, reachable replica
+	for _, o := range obs {
+		if !o.Reachable() || o.State.Role != RoleReplica {
+			continue
+		}
+		if j, ok := byAddr[o.State.PrimaryAddr]; ok && o.State.LinkUp {
+			linked[j]++
+		}
+		if !o.Leaving {
+			mostData = max(mostData, o.State.Offset)
+		}
+	}
+	alive := func(i int) bool {
+		if obs[i].Reachable() {
+			return obs[i].State.Role == RolePrimary
+		}
+		return linked[i] > 0
+	}
+	restartedEmpty := func(i int) bool {
+		return obs[i].Reachable() && linked[i] == 0 && obs[i].State.Offset < mostData
+	}
+	candidate := func(i int) bool { return alive(i) && !obs[i].Leaving && !restartedEmpty(i) }
+
+	pick, change := -1, Kept
+	if i := indexOf(obs, preferred); i >= 0 && candidate(i) {
+		pick = i
+	}
+	if pick < 0 {
+		change = Elected
+		for i := range obs {
+			if candidate(i) && (pick < 0 || linked[i] > linked[pick] ||
+				linked[i] == linked[pick] && obs[i].State.Offset > obs[pick].State.Offset) {
+				pick = i
+			}
+		}
+	}
+	if pick < 0 {
+		change = Promoted
+		for i, o := range obs {
+			if o.Reachable() && o.State.Role == RoleReplica && !o.Leaving &&
+				(pick < 0 || o.State.Offset > obs[pick].State.Offset) {
+				pick = i
+			}
+		}
+	}
+	if pick < 0 {
+		change = Elected
+		for i := range obs {
+			if alive(i) {
+				pick = i
+				break
+			}
+		}
+	}
+	if pick < 0 {
+		return Plan{Change: Lost, Why: lostWhy(obs, preferred)}
+	}
+
+	p := obs[pick]
+	plan := Plan{Primary: p.Name, PrimaryAddr: p.Addr, Change: change}
+	if change != Kept {
+		plan.Why = changeWhy(obs, preferred, pick, change, restartedEmpty)
+	}
+	if p.Reachable() && p.State.Role == RoleReplica {
+		plan.Actions = append(plan.Actions, Action{Kind: Promote, Member: p.Name, Addr: p.Addr})
+	}
+	for i, o := range obs {
+		if i == pick || !o.Reachable() {
+			continue
+		}
+		if o.State.Role == RolePrimary || o.State.PrimaryAddr != p.Addr {
+			plan.Actions = append(plan.Actions, Action{Kind: Follow, Member: o.Name, Addr: o.Addr, Primary: p.Addr})
+		}
+	}
+	return plan
+}
+
+func indexOf(obs []Observation, name string) int {
+	for i, o := range obs {
+		if name != "" && o.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// changeWhy says in a sentence why obs[pick] becomes or stays primary
+// instead of preferred.
+func changeWhy(obs []Observation, preferred string, pick int, change Change, restartedEmpty func(int) bool) string {
+	var before string
+	switch i := indexOf(obs, preferred); {
+	case preferred == "":
+		before = "there was no primary"
+	case i < 0:
+		before = fmt.Sprintf("primary %s is no longer a member", preferred)
+	case obs[i].Leaving:
+		before = fmt.Sprintf("primary %s is being removed", preferred)
+	case restartedEmpty(i):
+		before = fmt.Sprintf("primary %s restarted without its data (replication offset %d)", preferred, obs[i].State.Offset)
+	case obs[i].Reachable():
+		before = fmt.Sprintf("%s is not primary", preferred)
+	default:
+		before = fmt.Sprintf("primary %s is gone (%s) and no replica is connected to it", preferred, unreachableWhy(obs[i]))
+	}
+	p := obs[pick]
+	if change == Promoted {
+		return fmt.Sprintf("%s; promoting %s, the replica with the most data (replication offset %d)", before, p.Name, p.State.Offset)
+	}
+	return fmt.Sprintf("%s; %s is primary", before, p.Name)
+}
+
+func lostWhy(obs []Observation, preferred string) string {
+	var down []string
+	for _, o := range obs {
+		down = append(down, fmt.Sprintf("%s: %s", o.Name, unreachableWhy(o)))
+	}
+	who := "no member is primary"
+	if preferred != "" {
+		who = fmt.Sprintf("primary %s is gone", preferred)
+	}
+	if len(down) == 0 {
+		return who + " and there are no members"
+	}
+	return fmt.Sprintf("%s and no member can be promoted (%s)", who, strings.Join(down, "; "))
+}
+
+func unreachableWhy(o Observation) string {
+	switch {
+	case o.Addr == "":
+		return "no address"
+	case o.Err != nil:
+		return Describe(o.Err)
+	default:
+		return "being removed"
+	}
+}

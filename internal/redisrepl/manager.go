@@ -1,0 +1,73 @@
+package redisrepl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Client talks to the members of one group. Redis is the implementation
+// that talks to real Redis servers.
+type Client interface {
+	// Observe asks the member at addr for its replication state.
+	Observe(ctx context.Context, addr string) (State, error)
+	// Promote makes the member at addr a primary.
+	Promote(ctx context.Context, addr string) error
+	// Follow makes the member at addr replicate from primary (host:port).
+	Follow(ctx context.Context, addr, primary string) error
+}
+
+// Result is what one Reconcile observed, decided and did.
+type Result struct {
+	Observations []Observation
+	Plan         Plan
+	// Done are the actions that succeeded.
+	Done []Action
+	// Err joins the errors of the actions that failed.
+	Err error
+}
+
+// Reconcile observes every member at once, decides with Decide and carries
+// out the plan: the promotion first, so that the others follow a primary.
+// It never waits longer than the client's timeouts per step; members it
+// cannot reach are reported in the observations and left alone.
+func Reconcile(ctx context.Context, c Client, members []Member, preferred string) Result {
+	res := Result{Observations: Observe(ctx, c, members)}
+	res.Plan = Decide(res.Observations, preferred)
+	var errs []error
+	for i, a := range res.Plan.Actions {
+		var err error
+		if a.Kind == Promote {
+			err = c.Promote(ctx, a.Addr)
+		} else {
+			err = c.Follow(ctx, a.Addr, a.Primary)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			if i == 0 && a.Kind == Promote {
+				// Nobody follows a replica that failed to become primary.
+				break
+			}
+			continue
+		}
+		res.Done = append(res.Done, a)
+	}
+	res.Err = errors.Join(errs...)
+	return res
+}
+
+// Observe asks every member with an address for its state, all at once.
+func Observe(ctx context.Context, c Client, members []Member) []Observation {
+	obs := make([]Observation, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		obs[i].Member = m
+		if m.Addr == "" {
+			continue
+		}
+		wg.Go(func() { obs[i].State, obs[i].Err = c.Observe(ctx, m.Addr) })
+	}
+	wg.Wait()
+	return obs
+}

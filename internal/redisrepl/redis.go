@@ -1,0 +1,154 @@
+package redisrepl
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultTimeout bounds each connection and command when Redis.Timeout is
+// not set: short, so that an unreachable member costs a reconcile little.
+const DefaultTimeout = time.Second
+
+// Redis is the Client that talks to real Redis servers (6.2 or newer), one
+// short-lived connection per call, without retries: the caller observes
+// again on its next round.
+type Redis struct {
+	// Password is given to every member (AUTH) and, as masterauth, to the
+	// replicas for their link to the primary; empty for none.
+	Password string
+	// Timeout bounds connecting and each command; DefaultTimeout if zero.
+	Timeout time.Duration
+}
+
+var _ Client = Redis{}
+
+// quiet drops go-redis's own log lines: every error they tell of is
+// returned to the caller, which reports it (in a status), so logging them
+// too would fill the log with one line per unreachable member per round.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quiet{}) }
+
+func (r Redis) connect(addr string) *redis.Client {
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		Password:              r.Password,
+		Protocol:              2,
+		DisableIdentity:       true, // no CLIENT SETINFO: one command fewer per call
+		DialTimeout:           timeout,
+		DialerRetries:         1,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		PoolSize:              1,
+	})
+}
+
+// Observe reads INFO replication.
+func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
+	c := r.connect(addr)
+	defer c.Close()
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return State{}, err
+	}
+	return ParseInfo(info)
+}
+
+// Promote sends REPLICAOF NO ONE.
+func (r Redis) Promote(ctx context.Context, addr string) error {
+	c := r.connect(addr)
+	defer c.Close()
+	return c.ReplicaOf(ctx, "NO", "ONE").Err()
+}
+
+// Follow sets masterauth (when there is a password), so that the replica
+// can authenticate to its primary, then sends REPLICAOF host port.
+func (r Redis) Follow(ctx context.Context, addr, primary string) error {
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return err
+	}
+	c := r.connect(addr)
+	defer c.Close()
+	if r.Password != "" {
+		if err := c.ConfigSet(ctx, "masterauth", r.Password).Err(); err != nil {
+			return fmt.Errorf("setting masterauth: %w", err)
+		}
+	}
+	return c.ReplicaOf(ctx, host, port).Err()
+}
+
+// ParseInfo reads the replication state from the text of INFO replication.
+func ParseInfo(info string) (State, error) {
+	fields := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if ok && !strings.HasPrefix(k, "#") {
+			fields[k] = v
+		}
+	}
+	var s State
+	offset := "master_repl_offset"
+	switch Role(fields["role"]) {
+	case RolePrimary:
+		s.Role = RolePrimary
+	case RoleReplica:
+		s.Role = RoleReplica
+		s.PrimaryAddr = net.JoinHostPort(fields["master_host"], fields["master_port"])
+		s.LinkUp = fields["master_link_status"] == "up"
+		// What the replica has applied of its primary's stream; it stays
+		// put while the link is down, which is what a failover compares.
+		if _, ok := fields["slave_repl_offset"]; ok {
+			offset = "slave_repl_offset"
+		}
+	default:
+		return State{}, fmt.Errorf("INFO replication: unknown role %q", fields["role"])
+	}
+	var err error
+	if s.Offset, err = strconv.ParseInt(fields[offset], 10, 64); err != nil {
+		return State{}, fmt.Errorf("INFO replication: %s: %w", offset, err)
+	}
+	return s, nil
+}
+
+// Describe says in a few stable words why a member could not be reached,
+// for a status message that does not change with every attempt.
+func Describe(err error) string {
+	var netErr net.Error
+	msg := err.Error()
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to host"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &netErr) && netErr.Timeout():
+		return "timed out"
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.Contains(msg, "invalid password"):
+		return "wrong password"
+	case strings.HasPrefix(msg, "NOAUTH"):
+		return "password required"
+	case strings.Contains(msg, "AUTH") && strings.Contains(msg, "without any password configured"):
+		return "a password is set but the server has none"
+	}
+	return msg
+}
