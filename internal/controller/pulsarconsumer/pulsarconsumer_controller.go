@@ -1,0 +1,109 @@
+// Package pulsarconsumer reconciles PulsarConsumer objects
+// (pulsar.kubext.io/v1) into apps/v1 Deployments of the pulsar-consumer
+// program: one Deployment per PulsarConsumer, of the same name, owned by it
+// and kept matching it with server-side apply. The PulsarConsumer's status
+// reports what the Deployment reports.
+package pulsarconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+)
+
+// DefaultImage is the image the consumers run when neither the
+// PulsarConsumer nor the manager names one: the kubext release this code
+// belongs to, which holds /pulsar-consumer.
+const DefaultImage = "ghcr.io/kubext/manager:v0.1.0"
+
+// Reconciler reconciles PulsarConsumer objects.
+type Reconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// Image is what the consumers run unless spec.image says otherwise;
+	// DefaultImage when empty.
+	Image string
+}
+
+// +kubebuilder:rbac:groups=pulsar.kubext.io,resources=pulsarconsumers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pulsar.kubext.io,resources=pulsarconsumers/status,verbs=get;patch
+// Owner references with blockOwnerDeletion need update on the owner's finalizers.
+// +kubebuilder:rbac:groups=pulsar.kubext.io,resources=pulsarconsumers/finalizers,verbs=update
+// Server-side apply is a patch, and a create when the Deployment does not exist.
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile makes one PulsarConsumer's Deployment match its spec and
+// reports what the Deployment reports.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	pc := &pulsarv1.PulsarConsumer{}
+	if err := r.Get(ctx, req.NamespacedName, pc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pc.DeletionTimestamp.IsZero() {
+		// The Deployment goes with it through its owner reference.
+		return ctrl.Result{}, nil
+	}
+
+	orig := pc.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, orig, pc, reterr); err != nil {
+			reterr = errors.Join(reterr, err)
+		}
+	}()
+	dep, err := r.reconcileDeployment(ctx, pc)
+	if dep != nil {
+		observe(pc, dep)
+	}
+	var failure *applyFailure
+	if errors.As(err, &failure) {
+		failure.report(pc, dep == nil)
+	}
+	if errors.Is(err, errNameTaken) {
+		// Not ours to change. Its deletion is not an event for this
+		// controller (it has no owner reference to us), so look again later.
+		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// patchStatus writes the status once per reconcile, only when it changed,
+// and only over the version it was computed from. observedGeneration moves
+// on when the reconcile finished with this generation: it succeeded, or the
+// spec was refused for good.
+func (r *Reconciler) patchStatus(ctx context.Context, orig, pc *pulsarv1.PulsarConsumer, reconcileErr error) error {
+	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
+		pc.Status.ObservedGeneration = pc.Generation
+	}
+	if equality.Semantic.DeepEqual(orig.Status, pc.Status) {
+		return nil
+	}
+	err := r.Status().Patch(ctx, pc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
+	}
+	return client.IgnoreNotFound(err)
+}
+
+// SetupWithManager registers the controller. It watches the Deployments it
+// owns, so that a Deployment edited or deleted by hand is put back at once
+// and the status follows the Deployment's.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("pulsarconsumer").
+		For(&pulsarv1.PulsarConsumer{}).
+		Owns(&appsv1.Deployment{}).
+		Complete(r)
+}
+
+var _ reconcile.Reconciler = &Reconciler{}
