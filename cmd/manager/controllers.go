@@ -5,13 +5,16 @@ import (
 	"flag"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
 	"github.com/kubext/kubext/internal/controller/crontab"
 	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
 	"github.com/kubext/kubext/internal/controller/ippool"
+	"github.com/kubext/kubext/internal/controller/reboot"
 	"github.com/kubext/kubext/internal/heartbeat"
 )
 
@@ -43,6 +46,7 @@ var controllers = []controller{
 	{name: "ip", addToScheme: ipv1.AddToScheme, setup: setupIP},
 	{name: "ippool", addToScheme: ipv1.AddToScheme, setup: setupIPPool},
 	{name: "crontab", addToScheme: stablev1.AddToScheme, setup: setupCronTab},
+	{name: "reboot", addToScheme: rebootv1.AddToScheme, setup: setupReboot},
 }
 
 func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
@@ -65,5 +69,18 @@ func setupCronTab(_ context.Context, mgr ctrl.Manager, _ *options) error {
 	return (&crontab.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("crontab-controller"),
+	}).SetupWithManager(mgr)
+}
+
+func setupReboot(_ context.Context, mgr ctrl.Manager, _ *options) error {
+	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	return (&reboot.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Kube:      kube,
+		Recorder:  mgr.GetEventRecorder("reboot-controller"),
 	}).SetupWithManager(mgr)
 }

@@ -41,6 +41,15 @@ type Node struct {
 	Ready         corev1.ConditionStatus
 	Unschedulable bool
 	BootID        string
+	// Pods are the pods on the node, needed only to honour a group's
+	// drain.blockingPodSelector; leave it nil when no group sets one.
+	Pods []Pod
+}
+
+// Pod is a pod on a node, as far as blocking pod selectors are concerned.
+type Pod struct {
+	Namespace, Name string
+	Labels          map[string]string
 }
 
 // NodeFrom extracts a Node from a corev1.Node. It keeps references to the
@@ -154,6 +163,9 @@ const (
 	ReasonRetryLater Reason = "RetryLater"
 	// ReasonFailed: the node's last reboot failed.
 	ReasonFailed Reason = "Failed"
+	// ReasonBlockingPod: a pod matching the group's
+	// drain.blockingPodSelector runs on the node.
+	ReasonBlockingPod Reason = "BlockingPod"
 )
 
 // Wait is a needing node that was not approved, and why, in a message fit
@@ -421,6 +433,9 @@ func (g *group) evaluate(now time.Time) {
 	if g.windows, err = ParseWindows(g.spec.Windows); err != nil && g.Err == nil {
 		g.Err = err
 	}
+	if _, err := metav1.LabelSelectorAsSelector(g.spec.Drain.BlockingPodSelector); err != nil && g.Err == nil {
+		g.Err = fmt.Errorf("spec.drain.blockingPodSelector: %w", err)
+	}
 	g.InWindow = g.windows.InWindow(now)
 	if !g.InWindow && g.Err == nil {
 		g.NextWindow = g.windows.NextWindowStart(now)
@@ -488,6 +503,8 @@ func (g *group) blocked(n *Node, now time.Time) bool {
 		g.wait(n, ReasonOutsideWindow, "Outside maintenance window (next opens at %s)", g.NextWindow.UTC().Format(time.RFC3339))
 	case n.Ready != corev1.ConditionTrue:
 		g.wait(n, ReasonNotReady, "Node is not Ready")
+	case g.blockingPod(n) != "":
+		g.wait(n, ReasonBlockingPod, "Pod %s runs on the node and matches drain.blockingPodSelector", g.blockingPod(n))
 	default:
 		if t, ok := n.time(rebootv1.AnnotationRetryAfter); ok && now.Before(t) {
 			g.wait(n, ReasonRetryLater, "Drain timed out; retrying after %s", t.UTC().Format(time.RFC3339))
@@ -513,6 +530,24 @@ func (g *group) tryApprove(n *Node) bool {
 	g.unavail = after
 	g.Approved = append(g.Approved, n.Name)
 	return true
+}
+
+// blockingPod names the first pod on n that the group's blockingPodSelector
+// selects, or returns "".
+func (g *group) blockingPod(n *Node) string {
+	if g.spec.Drain.BlockingPodSelector == nil || len(n.Pods) == 0 {
+		return ""
+	}
+	sel, err := metav1.LabelSelectorAsSelector(g.spec.Drain.BlockingPodSelector)
+	if err != nil || sel.Empty() {
+		return ""
+	}
+	for _, p := range n.Pods {
+		if sel.Matches(labels.Set(p.Labels)) {
+			return p.Namespace + "/" + p.Name
+		}
+	}
+	return ""
 }
 
 func (g *group) wait(n *Node, r Reason, format string, args ...any) {

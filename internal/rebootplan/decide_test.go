@@ -61,6 +61,14 @@ func selecting(k, v string) func(*rebootv1.RebootGroup) {
 func maxUnavailable(v intstr.IntOrString) func(*rebootv1.RebootGroup) {
 	return func(g *rebootv1.RebootGroup) { g.Spec.MaxUnavailable = &v }
 }
+func blockingPods(k, v string) func(*rebootv1.RebootGroup) {
+	return func(g *rebootv1.RebootGroup) {
+		g.Spec.Drain.BlockingPodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+}
+func withPod(ns, name, k, v string) func(*Node) {
+	return func(n *Node) { n.Pods = append(n.Pods, Pod{Namespace: ns, Name: name, Labels: map[string]string{k: v}}) }
+}
 func paused(g *rebootv1.RebootGroup) { g.Spec.Paused = true }
 func windows(ws ...rebootv1.MaintenanceWindow) func(*rebootv1.RebootGroup) {
 	return func(g *rebootv1.RebootGroup) { g.Spec.Windows = ws }
@@ -124,6 +132,15 @@ func TestDecide(t *testing.T) {
 		"longest waiting first, then by name": {
 			nodes: []Node{node("a", needing, since(time.Minute)), node("b", needing, since(time.Hour)), node("c", needing, since(time.Hour))},
 			want:  want{approved: []string{"b"}, waits: map[string]string{"c": "Max unavailable reached", "a": "Max unavailable reached"}},
+		},
+		"a pod matching blockingPodSelector holds its node back, the next node goes": {
+			groups: []rebootv1.RebootGroup{rg("default", blockingPods("app", "batch"))},
+			nodes: []Node{
+				node("a", needing, since(time.Hour), withPod("jobs", "etl-1", "app", "batch")),
+				node("b", needing, withPod("web", "web-1", "app", "web")),
+			},
+			want: want{approved: []string{"b"}, unavailable: 0, waits: map[string]string{
+				"a": "Pod jobs/etl-1 runs on the node and matches drain.blockingPodSelector"}},
 		},
 		"node NotReady for another reason uses the budget": {
 			nodes: []Node{node("a", needing), node("x", notReady)},

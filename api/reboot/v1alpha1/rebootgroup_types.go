@@ -30,6 +30,13 @@ const (
 	// more than rebootTimeoutSeconds ago and has not come back; it keeps its
 	// slot of the budget.
 	ConditionStuck = "Stuck"
+
+	// ConditionDrainBlocked is True when the last drain of a node of the
+	// group ran out of time; the message names the node and the
+	// PodDisruptionBudget or pod that held it. The node was uncordoned (if
+	// kubext cordoned it) and is retried later. It turns False when a drain
+	// of the group completes.
+	ConditionDrainBlocked = "DrainBlocked"
 )
 
 // Reasons of the conditions of a RebootGroup.
@@ -61,6 +68,13 @@ const (
 	// ReasonInvalidSpec: the spec passed the API server's checks but cannot be
 	// used, e.g. an unknown time zone; the message says which field and why.
 	ReasonInvalidSpec = "InvalidSpec"
+
+	// ReasonDrainTimedOut: a drain did not finish within
+	// drain.timeoutSeconds.
+	ReasonDrainTimedOut = "DrainTimedOut"
+
+	// ReasonDrained: the group's last drain completed.
+	ReasonDrained = "Drained"
 )
 
 // Weekday is a day of the week, in English.
@@ -118,7 +132,7 @@ type RebootGroupSpec struct {
 	// +kubebuilder:default=60
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=86400
-	SoakSeconds int32 `json:"soakSeconds,omitempty"`
+	SoakSeconds *int32 `json:"soakSeconds,omitempty"`
 
 	// paused stops approving new reboots in this group. Reboots already
 	// approved run to the end.

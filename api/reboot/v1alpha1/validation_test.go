@@ -159,8 +159,8 @@ func TestRebootGroupDefaults(t *testing.T) {
 	if s.MaxUnavailable == nil || s.MaxUnavailable.IntValue() != rebootv1.DefaultMaxUnavailable {
 		t.Errorf("maxUnavailable = %v, want %d", s.MaxUnavailable, rebootv1.DefaultMaxUnavailable)
 	}
-	if s.SoakSeconds != 60 || s.RebootTimeoutSeconds != 900 || s.MaxFailures == nil || *s.MaxFailures != 1 {
-		t.Errorf("soakSeconds, rebootTimeoutSeconds, maxFailures = %d, %d, %v; want 60, 900, 1", s.SoakSeconds, s.RebootTimeoutSeconds, s.MaxFailures)
+	if s.SoakSeconds == nil || *s.SoakSeconds != 60 || s.RebootTimeoutSeconds != 900 || s.MaxFailures == nil || *s.MaxFailures != 1 {
+		t.Errorf("soakSeconds, rebootTimeoutSeconds, maxFailures = %v, %d, %v; want 60, 900, 1", s.SoakSeconds, s.RebootTimeoutSeconds, s.MaxFailures)
 	}
 	if s.Drain.TimeoutSeconds != 1800 || s.Drain.DeleteEmptyDirData == nil || !*s.Drain.DeleteEmptyDirData {
 		t.Errorf("drain = %+v, want timeoutSeconds 1800 and deleteEmptyDirData true", s.Drain)

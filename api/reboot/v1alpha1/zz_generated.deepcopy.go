@@ -156,6 +156,11 @@ func (in *RebootGroupSpec) DeepCopyInto(out *RebootGroupSpec) {
 		}
 	}
 	in.Drain.DeepCopyInto(&out.Drain)
+	if in.SoakSeconds != nil {
+		in, out := &in.SoakSeconds, &out.SoakSeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MaxFailures != nil {
 		in, out := &in.MaxFailures, &out.MaxFailures
 		*out = new(int32)

@@ -1,0 +1,281 @@
+package reboot
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// testLabel ties a test's nodes to its group, so tests do not see each
+// other's nodes.
+const testLabel = "reboot-test"
+
+// makeGroup creates a RebootGroup selecting the test's nodes.
+func makeGroup(t *testing.T, name string, maxUnavailable intstr.IntOrString, change func(*rebootv1.RebootGroupSpec)) *rebootv1.RebootGroup {
+	t.Helper()
+	g := &rebootv1.RebootGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: rebootv1.RebootGroupSpec{
+			NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{testLabel: name}},
+			MaxUnavailable: &maxUnavailable,
+			SoakSeconds:    ptr.To[int32](0),
+		},
+	}
+	if change != nil {
+		change(&g.Spec)
+	}
+	if err := k8s.Create(context.Background(), g); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), g) })
+	return g
+}
+
+// makeNode creates a Ready node of the test's group with a boot ID, as a
+// kubelet would report it.
+func makeNode(t *testing.T, group, name string, change func(*corev1.Node)) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{testLabel: group}, Annotations: map[string]string{}}}
+	if change != nil {
+		change(n)
+	}
+	if err := k8s.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
+	setNodeStatus(t, name, true, "boot-"+name+"-0")
+}
+
+// setNodeStatus writes the node's Ready condition and boot ID, moving the
+// condition's transition time when its status changes.
+func setNodeStatus(t *testing.T, name string, ready bool, bootID string) {
+	t.Helper()
+	if err := writeNodeStatus(context.Background(), name, ready, bootID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeNodeStatus(ctx context.Context, name string, ready bool, bootID string) error {
+	n := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+		return err
+	}
+	orig := n.DeepCopy()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	cond := corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: "Test",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == status {
+			cond.LastTransitionTime = c.LastTransitionTime
+		}
+	}
+	n.Status.Conditions = []corev1.NodeCondition{cond}
+	n.Status.NodeInfo.BootID = bootID
+	return k8s.Status().Patch(ctx, n, client.MergeFrom(orig))
+}
+
+// annotate sets (or with "" removes) annotations on a node.
+func annotate(t *testing.T, name string, kv ...string) {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	orig := n.DeepCopy()
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			delete(n.Annotations, kv[i])
+		} else {
+			n.Annotations[kv[i]] = kv[i+1]
+		}
+	}
+	if err := k8s.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// eventually polls cond until it holds or waitFor runs out.
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, waitFor, true,
+		func(context.Context) (bool, error) { return cond() })
+	if err != nil {
+		var nodes corev1.NodeList
+		_ = k8s.List(context.Background(), &nodes)
+		for _, n := range nodes.Items {
+			t.Logf("node %s unschedulable=%v boot=%s conditions=%v annotations=%v", n.Name, n.Spec.Unschedulable,
+				n.Status.NodeInfo.BootID, n.Status.Conditions, n.Annotations)
+		}
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// agents simulates the reboot agents of a group's nodes: a node told to
+// reboot (now set, boot-id matching) goes NotReady, gets a new boot ID
+// after downtime and turns Ready again. It counts reboots per node, and
+// samples how many of the group's nodes are unavailable at once.
+type agents struct {
+	group    string
+	downtime time.Duration
+	skip     map[string]bool // nodes whose agent does nothing
+
+	mu      sync.Mutex
+	reboots map[string]int
+	maxDown int
+}
+
+func startAgents(t *testing.T, group string, downtime time.Duration, skip ...string) *agents {
+	a := &agents{group: group, downtime: downtime, skip: map[string]bool{}, reboots: map[string]int{}}
+	for _, s := range skip {
+		a.skip[s] = true
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		rebooting := map[string]bool{}
+		var mu sync.Mutex
+		for ctx.Err() == nil {
+			var nodes corev1.NodeList
+			if err := k8s.List(ctx, &nodes, client.MatchingLabels{testLabel: group}); err == nil {
+				a.sample(nodes.Items)
+				for _, n := range nodes.Items {
+					mu.Lock()
+					busy := rebooting[n.Name]
+					mu.Unlock()
+					if busy || a.skip[n.Name] || n.Annotations[rebootv1.AnnotationNow] == "" ||
+						n.Annotations[rebootv1.AnnotationBootID] != n.Status.NodeInfo.BootID {
+						continue
+					}
+					mu.Lock()
+					rebooting[n.Name] = true
+					mu.Unlock()
+					wg.Add(1)
+					go func(name, boot string) {
+						defer wg.Done()
+						a.reboot(ctx, name, boot)
+						mu.Lock()
+						delete(rebooting, name)
+						mu.Unlock()
+					}(n.Name, n.Status.NodeInfo.BootID)
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		wg.Wait()
+	}()
+	return a
+}
+
+func (a *agents) reboot(ctx context.Context, name, boot string) {
+	a.mu.Lock()
+	a.reboots[name]++
+	count := a.reboots[name]
+	a.mu.Unlock()
+	_ = writeNodeStatus(ctx, name, false, boot)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(a.downtime):
+	}
+	next := fmt.Sprintf("boot-%s-%d", name, count)
+	_ = writeNodeStatus(ctx, name, false, next)
+	_ = writeNodeStatus(ctx, name, true, next)
+}
+
+func (a *agents) sample(nodes []corev1.Node) {
+	down := 0
+	for i := range nodes {
+		if rebootplan.NodeFrom(&nodes[i]).Unavailable() {
+			down++
+		}
+	}
+	a.mu.Lock()
+	a.maxDown = max(a.maxDown, down)
+	a.mu.Unlock()
+}
+
+func (a *agents) counts() (map[string]int, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range a.reboots {
+		out[k] = v
+	}
+	return out, a.maxDown
+}
+
+// nodeEvents lists the Events about a node with the given reason.
+func nodeEvents(t *testing.T, node, reason string) []eventsv1.Event {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == reason {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func hasEvent(t *testing.T, node, reason, contains string) func() (bool, error) {
+	return func() (bool, error) {
+		for _, e := range nodeEvents(t, node, reason) {
+			if strings.Contains(e.Note, contains) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+}
+
+// protocolDone says the node's reboot is verified and nothing of the
+// protocol is left on it but rebooted-at.
+func protocolDone(n *corev1.Node) bool {
+	for k := range n.Annotations {
+		if strings.HasPrefix(k, "reboot.kubext.io/") && k != rebootv1.AnnotationRebootedAt {
+			return false
+		}
+	}
+	_, ok := n.Annotations[rebootv1.AnnotationRebootedAt]
+	return ok
+}
+

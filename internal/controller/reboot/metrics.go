@@ -1,0 +1,61 @@
+package reboot
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	nodesNeeding = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubext_reboot_nodes_needing",
+		Help: "Nodes that asked for a reboot and have not been approved yet, by group.",
+	}, []string{"group"})
+	nodesInProgress = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubext_reboot_nodes_in_progress",
+		Help: "Nodes approved for a reboot whose reboot is not verified yet, by group.",
+	}, []string{"group"})
+	nodesUnavailable = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubext_reboot_nodes_unavailable",
+		Help: "Nodes counting against the group's maxUnavailable (not Ready, cordoned or rebooting), by group.",
+	}, []string{"group"})
+	nodesWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kubext_reboot_nodes_waiting",
+		Help: "Nodes that need a reboot and were not approved, by group and reason (MaxUnavailable, OutsideWindow, Paused, ...).",
+	}, []string{"group", "reason"})
+	rebootSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kubext_reboot_duration_seconds",
+		Help:    "Time from a node's approval to its verified reboot (drain, reboot and soak).",
+		Buckets: []float64{5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600},
+	})
+	drainSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kubext_reboot_drain_duration_seconds",
+		Help:    "Time a successful drain took.",
+		Buckets: []float64{.1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1800},
+	})
+	decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kubext_reboot_decision_latency_seconds",
+		Help:    "Time from a slot becoming free (a node's soak ending, a drain timing out) to the next node of the group being approved.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2, 5},
+	})
+	drainTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubext_reboot_drain_timeouts_total",
+		Help: "Drains that did not finish within drain.timeoutSeconds, by group.",
+	}, []string{"group"})
+	verified = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubext_reboot_verified_total",
+		Help: "Reboots verified (new boot ID, Ready through the soak), by group.",
+	}, []string{"group"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(nodesNeeding, nodesInProgress, nodesUnavailable, nodesWaiting,
+		rebootSeconds, drainSeconds, decisionSeconds, drainTimeouts, verified)
+}
+
+func isConflict(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && apierrors.IsConflict(err)
+}

@@ -1,0 +1,236 @@
+package reboot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// Event reasons on nodes and groups.
+const (
+	EventApproved      = "RebootApproved"
+	EventDrained       = "Drained"
+	EventDrainTimedOut = "DrainTimedOut"
+	EventVerified      = "RebootVerified"
+	EventStuck         = "RebootStuck"
+)
+
+// advance moves one node a step along the protocol: it records when a
+// node first asked for a reboot, drains an approved node and then orders
+// its reboot, and verifies a rebooted one. It returns when the node's slot
+// became free if this step freed it, and notes when it is next due.
+func (r *Reconciler) advance(ctx context.Context, s *state, name string, g group, now time.Time, next *deadlines) (time.Time, error) {
+	n := s.nodes[name]
+	pn := rebootplan.NodeFrom(n)
+	if !pn.HoldsSlot() {
+		if t, ok := annotationTime(n, rebootv1.AnnotationRetryAfter); ok {
+			next.at(t)
+		}
+		if _, noted := n.Annotations[rebootv1.AnnotationNeededSince]; pn.Needs() && !noted {
+			c := n.DeepCopy()
+			c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
+			return time.Time{}, r.patchNode(ctx, s, n, c)
+		}
+		return time.Time{}, nil
+	}
+	if _, ordered := n.Annotations[rebootv1.AnnotationNow]; !ordered {
+		return r.drainStep(ctx, s, n, g, now, next)
+	}
+	return r.verifyStep(ctx, s, n, g, now, next)
+}
+
+// approve gives a node a slot: it records the approval and the boot ID the
+// reboot must replace, cordons the node (noting that kubext did, so that it
+// uncordons only what it cordoned), and starts the drain.
+func (r *Reconciler) approve(ctx context.Context, s *state, name string, g group, now time.Time) error {
+	n := s.nodes[name]
+	c := n.DeepCopy()
+	c.Annotations[rebootv1.AnnotationInProgress] = stamp(now)
+	c.Annotations[rebootv1.AnnotationBootID] = n.Status.NodeInfo.BootID
+	delete(c.Annotations, rebootv1.AnnotationRetryAfter)
+	if !c.Spec.Unschedulable {
+		c.Spec.Unschedulable = true
+		c.Annotations[rebootv1.AnnotationCordonedByUs] = "true"
+	}
+	if err := r.patchNode(ctx, s, n, c); err != nil {
+		return err
+	}
+	delete(r.announced, name)
+	r.event(c, g, corev1.EventTypeNormal, EventApproved, "Approve",
+		"Marking node %s for reboot (group %s); cordoned, draining", name, g.name)
+	r.drains.start(name, c.Annotations[rebootv1.AnnotationInProgress], g.spec.Drain, drainTimeLeft(c, g, now))
+	return nil
+}
+
+// drainTimeLeft is how long the drain of an approved node may still take:
+// drain.timeoutSeconds from the approval.
+func drainTimeLeft(n *corev1.Node, g group, now time.Time) time.Duration {
+	approved, ok := annotationTime(n, rebootv1.AnnotationInProgress)
+	if !ok {
+		approved = now
+	}
+	return approved.Add(time.Duration(g.spec.Drain.TimeoutSeconds) * time.Second).Sub(now)
+}
+
+// drainStep drives the drain of an approved node: start it (again, after a
+// controller restart), wait for it, then order the reboot or, when it timed
+// out, give the slot back and retry the node later.
+func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, next *deadlines) (time.Time, error) {
+	approval := n.Annotations[rebootv1.AnnotationInProgress]
+	res, known := r.drains.result(n.Name, approval)
+	switch {
+	case !known:
+		r.drains.start(n.Name, approval, g.spec.Drain, drainTimeLeft(n, g, now))
+		return time.Time{}, nil
+	case !res.finished:
+		return time.Time{}, nil
+	case res.err == nil:
+		c := n.DeepCopy()
+		c.Annotations[rebootv1.AnnotationNow] = stamp(now)
+		if err := r.patchNode(ctx, s, n, c); err != nil {
+			return time.Time{}, err
+		}
+		r.drains.forget(n.Name)
+		drainSeconds.Observe(res.took.Seconds())
+		r.drainOutcome[g.name] = drainOutcome{node: n.Name}
+		r.event(c, g, corev1.EventTypeNormal, EventDrained, "Reboot",
+			"Node %s drained in %s; ordering its reboot", n.Name, res.took.Round(time.Millisecond))
+		next.at(now.Add(rebootTimeout(g.spec)))
+		return time.Time{}, nil
+	default:
+		retryAt := now.Add(r.drains.backoff(n.Name))
+		c := n.DeepCopy()
+		release(c)
+		c.Annotations[rebootv1.AnnotationRetryAfter] = stamp(retryAt)
+		if err := r.patchNode(ctx, s, n, c); err != nil {
+			return time.Time{}, err
+		}
+		r.drains.forget(n.Name)
+		drainTimeouts.WithLabelValues(g.name).Inc()
+		msg := fmt.Sprintf("Drain of node %s did not finish within %ds: %v; uncordoned, retrying after %s",
+			n.Name, g.spec.Drain.TimeoutSeconds, res.err, retryAt.UTC().Format(time.RFC3339))
+		r.drainOutcome[g.name] = drainOutcome{node: n.Name, blocked: msg}
+		r.event(c, g, corev1.EventTypeWarning, EventDrainTimedOut, "Drain", "%s", msg)
+		next.at(retryAt)
+		return now, nil
+	}
+}
+
+// release takes a node out of its reboot before it was ordered: the slot is
+// given back and the node uncordoned if kubext cordoned it.
+func release(n *corev1.Node) {
+	if _, ours := n.Annotations[rebootv1.AnnotationCordonedByUs]; ours {
+		n.Spec.Unschedulable = false
+	}
+	for _, k := range []string{rebootv1.AnnotationInProgress, rebootv1.AnnotationBootID,
+		rebootv1.AnnotationCordonedByUs, rebootv1.AnnotationNow} {
+		delete(n.Annotations, k)
+	}
+}
+
+// verifyStep waits for an ordered reboot to show: a new boot ID and the node
+// Ready for the soak time. Then the reboot is done; a reboot that takes
+// longer than the group's timeout is marked failed but keeps its slot.
+func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, next *deadlines) (time.Time, error) {
+	ordered, ok := annotationTime(n, rebootv1.AnnotationNow)
+	if !ok {
+		ordered = now // unparsable: measure from now rather than never
+	}
+	oldBoot := n.Annotations[rebootv1.AnnotationBootID]
+	newBoot := n.Status.NodeInfo.BootID
+	if since := readySince(n); newBoot != oldBoot && !since.IsZero() {
+		soakEnd := since
+		if ordered.After(soakEnd) {
+			soakEnd = ordered
+		}
+		soakEnd = soakEnd.Add(soak(g.spec))
+		if now.Before(soakEnd) {
+			next.at(soakEnd)
+			return time.Time{}, nil
+		}
+		return soakEnd, r.complete(ctx, s, n, g, now, oldBoot, newBoot)
+	}
+	timeout := rebootTimeout(g.spec)
+	if now.Sub(ordered) <= timeout {
+		next.at(ordered.Add(timeout + time.Millisecond))
+		return time.Time{}, nil
+	}
+	if _, marked := n.Annotations[rebootv1.AnnotationFailed]; marked {
+		return time.Time{}, nil
+	}
+	why := "boot ID unchanged"
+	if newBoot != oldBoot {
+		why = "node not Ready"
+	}
+	c := n.DeepCopy()
+	c.Annotations[rebootv1.AnnotationFailed] = fmt.Sprintf("reboot ordered at %s did not complete within %s (%s)",
+		ordered.UTC().Format(time.RFC3339), timeout, why)
+	if err := r.patchNode(ctx, s, n, c); err != nil {
+		return time.Time{}, err
+	}
+	r.event(c, g, corev1.EventTypeWarning, EventStuck, "Verify", "Node %s: %s; it keeps its slot until it comes back",
+		n.Name, c.Annotations[rebootv1.AnnotationFailed])
+	return time.Time{}, nil
+}
+
+// complete ends a verified reboot: uncordon if kubext cordoned, record the
+// time, clear the protocol's annotations (which frees the slot).
+func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) error {
+	c := n.DeepCopy()
+	release(c)
+	for _, k := range []string{rebootv1.AnnotationNeeded, rebootv1.AnnotationNeededSince,
+		rebootv1.AnnotationFailed, rebootv1.AnnotationRetryAfter} {
+		delete(c.Annotations, k)
+	}
+	c.Annotations[rebootv1.AnnotationRebootedAt] = stamp(now)
+	if err := r.patchNode(ctx, s, n, c); err != nil {
+		return err
+	}
+	r.drains.reset(n.Name)
+	if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {
+		rebootSeconds.Observe(now.Sub(approved).Seconds())
+	}
+	verified.WithLabelValues(g.name).Inc()
+	r.event(c, g, corev1.EventTypeNormal, EventVerified, "Verify",
+		"Reboot of node %s verified (boot ID %s -> %s, Ready for %s); slot freed", n.Name, short(oldBoot), short(newBoot), soak(g.spec))
+	return nil
+}
+
+func rebootTimeout(spec rebootv1.RebootGroupSpec) time.Duration {
+	if spec.RebootTimeoutSeconds > 0 {
+		return time.Duration(spec.RebootTimeoutSeconds) * time.Second
+	}
+	return rebootplan.DefaultRebootTimeout
+}
+
+// soak is how long a rebooted node must stay Ready; unset is the CRD's
+// default.
+func soak(spec rebootv1.RebootGroupSpec) time.Duration {
+	if spec.SoakSeconds == nil {
+		return 60 * time.Second
+	}
+	return time.Duration(*spec.SoakSeconds) * time.Second
+}
+
+func short(bootID string) string {
+	if len(bootID) > 8 {
+		return bootID[:8]
+	}
+	return bootID
+}
+
+// event records an Event on the node and, for a group that exists as an
+// object, the same on the group.
+func (r *Reconciler) event(n *corev1.Node, g group, typ, reason, action, format string, args ...any) {
+	r.Recorder.Eventf(n, nil, typ, reason, action, format, args...)
+	if g.object != nil {
+		var related runtime.Object = n
+		r.Recorder.Eventf(g.object, related, typ, reason, action, format, args...)
+	}
+}

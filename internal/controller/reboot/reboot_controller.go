@@ -1,0 +1,228 @@
+// Package reboot is the reboot controller: it decides which nodes may reboot
+// and walks each approved node through the protocol of
+// api/reboot/v1alpha1/protocol.go — cordon, drain, order the reboot, verify
+// the new boot ID, soak, uncordon — while the node agents only ask for
+// reboots and carry them out on their own node.
+//
+// Every decision is made from a fresh read of the API server, not from the
+// informer cache, so a lagging cache can never make two approvals look
+// affordable; the cache only wakes the controller up. Every change to a node
+// is a patch conditional on the resourceVersion that decision was made from.
+// The whole cluster is one work item, handled by one worker of the one
+// elected leader.
+package reboot
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// rollout is the single work item: any change anywhere may change what the
+// whole cluster may do (budgets are per group, control-plane nodes are
+// cluster-wide).
+var rollout = reconcile.Request{}
+
+const (
+	// maxRequeue bounds the wait between two looks when no deadline is
+	// nearer, so that pods matching a blockingPodSelector (not watched) are
+	// noticed leaving.
+	maxRequeue = 30 * time.Second
+	// conflictRetry is how soon a decision is made again after a node
+	// changed under it.
+	conflictRetry = 50 * time.Millisecond
+)
+
+// Reconciler is the reboot controller.
+type Reconciler struct {
+	// Client writes. Its cache only triggers reconciles.
+	client.Client
+	// APIReader reads the nodes and groups every decision is made from.
+	APIReader client.Reader
+	// Kube evicts pods (k8s.io/kubectl/pkg/drain needs a clientset).
+	Kube     kubernetes.Interface
+	Recorder events.EventRecorder
+	// Now is the controller's clock; tests replace it.
+	Now func() time.Time
+
+	drains *drainer
+	// announced is the last wait reason an Event was emitted for, per node,
+	// so that a node waiting for minutes produces one Event, not one per
+	// reconcile.
+	announced map[string]rebootplan.Reason
+	// drainOutcome is the last drain result per group, for the
+	// DrainBlocked condition.
+	drainOutcome map[string]drainOutcome
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// Drain: list and evict the node's pods, look up their DaemonSets and PodDisruptionBudgets.
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list
+// +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups/status,verbs=get;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile reads every node and group from the API server, moves each node
+// holding a slot one step along the protocol, approves what the budgets
+// allow, and reports.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	now := r.Now()
+	s, err := r.read(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	next := newDeadlines(now)
+
+	// First the nodes already in a reboot: finishing one frees its slot for
+	// the approvals below, in the same pass.
+	decision := rebootplan.Decide(s.snapshot(now))
+	freed := map[string]time.Time{}
+	for _, name := range s.names() {
+		g := s.groupOf(decision, name)
+		done, err := r.advance(ctx, s, name, g, now, next)
+		if err != nil {
+			return r.retry(ctx, err)
+		}
+		if !done.IsZero() {
+			freed[g.name] = done
+		}
+	}
+	r.drains.forgetAllBut(s.slotHolders())
+
+	decision = rebootplan.Decide(s.snapshot(now))
+	for _, name := range decision.Approved {
+		g := s.groupOf(decision, name)
+		if err := r.approve(ctx, s, name, g, now); err != nil {
+			return r.retry(ctx, err)
+		}
+		if t, ok := freed[g.name]; ok {
+			decisionSeconds.Observe(r.Now().Sub(t).Seconds())
+			delete(freed, g.name)
+		}
+	}
+	r.announce(s, decision)
+	if err := r.report(ctx, s, decision, now, next); err != nil {
+		return r.retry(ctx, err)
+	}
+	return ctrl.Result{RequeueAfter: next.after(maxRequeue)}, nil
+}
+
+// retry turns a conflict (a node or group changed since it was read) into a
+// quick fresh look, and passes other errors on for backoff.
+func (r *Reconciler) retry(ctx context.Context, err error) (ctrl.Result, error) {
+	if isConflict(err) {
+		log.FromContext(ctx).V(1).Info("changed meanwhile, deciding again", "error", err.Error())
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// SetupWithManager registers the controller. Node and group changes from
+// the cache, and finished drains, all enqueue the one rollout item.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	finished := make(chan event.TypedGenericEvent[client.Object], 64)
+	r.drains = newDrainer(r.Kube, func() {
+		select {
+		case finished <- event.TypedGenericEvent[client.Object]{Object: &corev1.Node{}}:
+		default: // a wake-up is already pending
+		}
+	})
+	r.announced = map[string]rebootplan.Reason{}
+	r.drainOutcome = map[string]drainOutcome{}
+	toRollout := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{rollout}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("reboot").
+		Watches(&corev1.Node{}, toRollout, builder.WithPredicates(nodeChanged)).
+		Watches(&rebootv1.RebootGroup{}, toRollout, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(finished, toRollout)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}
+
+// nodeChanged passes node creations, deletions and the updates that can
+// change a decision; status heartbeats and the like are dropped.
+var nodeChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*corev1.Node)
+		n, okNew := e.ObjectNew.(*corev1.Node)
+		if !okOld || !okNew {
+			return true
+		}
+		a, b := rebootplan.NodeFrom(o), rebootplan.NodeFrom(n)
+		return a.Ready != b.Ready || a.Unschedulable != b.Unschedulable || a.BootID != b.BootID ||
+			!mapsEqual(a.Labels, b.Labels) || !mapsEqual(a.Annotations, b.Annotations) ||
+			readySince(o) != readySince(n)
+	},
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// deadlines collects the earliest moment something is due without any
+// watch event announcing it (a soak ending, a reboot timing out, a retry or
+// a window opening).
+type deadlines struct {
+	now  time.Time
+	next time.Time
+}
+
+func newDeadlines(now time.Time) *deadlines { return &deadlines{now: now} }
+
+func (d *deadlines) at(t time.Time) {
+	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
+		d.next = t
+	}
+}
+
+func (d *deadlines) after(max time.Duration) time.Duration {
+	if d.next.IsZero() || d.next.Sub(d.now) > max {
+		return max
+	}
+	// A few milliseconds late rather than early: timestamps are compared
+	// with the controller's clock.
+	return d.next.Sub(d.now) + 5*time.Millisecond
+}
+
+// names are the nodes in a stable order.
+func (s *state) names() []string {
+	names := make([]string, 0, len(s.nodes))
+	for name := range s.nodes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}

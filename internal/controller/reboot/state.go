@@ -1,0 +1,162 @@
+package reboot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// state is one fresh read of the API server. Nodes are replaced by what the
+// API server returns after each patch, so later steps of the same reconcile
+// decide on what is really stored.
+type state struct {
+	nodes  map[string]*corev1.Node
+	groups []rebootv1.RebootGroup
+	// pods on each node, read only when some group has a
+	// blockingPodSelector.
+	pods map[string][]rebootplan.Pod
+}
+
+// read lists nodes and groups from the API server (not the cache).
+func (r *Reconciler) read(ctx context.Context) (*state, error) {
+	var nodes corev1.NodeList
+	if err := r.APIReader.List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	var groups rebootv1.RebootGroupList
+	if err := r.APIReader.List(ctx, &groups); err != nil {
+		return nil, fmt.Errorf("listing reboot groups: %w", err)
+	}
+	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items}
+	for i := range nodes.Items {
+		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+	}
+	if s.needPods() {
+		var pods corev1.PodList
+		if err := r.APIReader.List(ctx, &pods); err != nil {
+			return nil, fmt.Errorf("listing pods for blockingPodSelector: %w", err)
+		}
+		s.pods = map[string][]rebootplan.Pod{}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			s.pods[p.Spec.NodeName] = append(s.pods[p.Spec.NodeName],
+				rebootplan.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels})
+		}
+	}
+	return s, nil
+}
+
+func (s *state) needPods() bool {
+	for _, g := range s.groups {
+		if g.Spec.Drain.BlockingPodSelector != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot is the planner's view of the state.
+func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
+	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Now: now}
+	for _, name := range s.names() {
+		n := rebootplan.NodeFrom(s.nodes[name])
+		n.Pods = s.pods[name]
+		snap.Nodes = append(snap.Nodes, n)
+	}
+	return snap
+}
+
+// slotHolders are the nodes approved and not yet verified.
+func (s *state) slotHolders() map[string]bool {
+	out := map[string]bool{}
+	for name, n := range s.nodes {
+		if rebootplan.NodeFrom(n).HoldsSlot() {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// group is the settings a node is handled with.
+type group struct {
+	name string
+	spec rebootv1.RebootGroupSpec
+	// object is nil for the implicit default group.
+	object *rebootv1.RebootGroup
+}
+
+// groupOf finds the group of a node in a decision. A node selected by
+// several groups gets the first one's settings; it is never approved while
+// the overlap lasts, so this only matters for a reboot already under way.
+func (s *state) groupOf(d rebootplan.Decision, node string) group {
+	for _, gd := range d.Groups {
+		for _, n := range gd.Nodes {
+			if n != node {
+				continue
+			}
+			for i := range s.groups {
+				if s.groups[i].Name == gd.Name {
+					return group{name: gd.Name, spec: s.groups[i].Spec, object: &s.groups[i]}
+				}
+			}
+			return group{name: gd.Name, spec: implicitDefault()}
+		}
+	}
+	return group{name: rebootv1.DefaultGroupName, spec: implicitDefault()}
+}
+
+// implicitDefault is the spec of the default group when no RebootGroup
+// named "default" exists: the CRD's defaults.
+func implicitDefault() rebootv1.RebootGroupSpec {
+	return rebootv1.RebootGroupSpec{
+		SoakSeconds:          ptr.To[int32](60),
+		MaxFailures:          ptr.To[int32](rebootplan.DefaultMaxFailures),
+		RebootTimeoutSeconds: int32(rebootplan.DefaultRebootTimeout / time.Second),
+		Drain:                rebootv1.DrainSpec{TimeoutSeconds: 1800, DeleteEmptyDirData: ptr.To(true)},
+	}
+}
+
+// patchNode writes the changes made to a copy of a node, conditional on the
+// resourceVersion it was read at, and keeps the stored result.
+func (r *Reconciler) patchNode(ctx context.Context, s *state, orig, changed *corev1.Node) error {
+	if err := r.Patch(ctx, changed, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching node %s: %w", orig.Name, err)
+	}
+	s.nodes[changed.Name] = changed
+	return nil
+}
+
+// readySince is when the node's Ready condition last turned True, or zero
+// when it is not Ready.
+func readySince(n *corev1.Node) time.Time {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// timeFormat is RFC 3339 with milliseconds, in UTC: the annotations'
+// timestamps are parsed with time.RFC3339, which accepts the fraction.
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func stamp(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+func annotationTime(n *corev1.Node, key string) (time.Time, bool) {
+	v, ok := n.Annotations[key]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	return t, err == nil
+}

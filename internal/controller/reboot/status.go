@@ -1,0 +1,173 @@
+package reboot
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// announce emits an Event on each node that waits, once per reason, e.g.
+// "Max unavailable reached (2 of 2 unavailable), skipping reboot for now".
+func (r *Reconciler) announce(s *state, d rebootplan.Decision) {
+	waiting := map[string]bool{}
+	for _, w := range d.Waiting() {
+		waiting[w.Node] = true
+		if r.announced[w.Node] == w.Reason {
+			continue
+		}
+		r.announced[w.Node] = w.Reason
+		if n, ok := s.nodes[w.Node]; ok {
+			r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, string(w.Reason), "Wait",
+				"%s, skipping reboot for now (group %s)", w.Message, w.Group)
+		}
+	}
+	for node := range r.announced {
+		if !waiting[node] {
+			delete(r.announced, node)
+		}
+	}
+}
+
+// report writes each RebootGroup's status (only when it changed, over the
+// version it was read at) and the metrics.
+func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, now time.Time, next *deadlines) error {
+	nodesNeeding.Reset()
+	nodesInProgress.Reset()
+	nodesUnavailable.Reset()
+	nodesWaiting.Reset()
+	for _, gd := range d.Groups {
+		needing := 0
+		for _, name := range gd.Nodes {
+			pn := rebootplan.NodeFrom(s.nodes[name])
+			if pn.Needs() && !pn.HoldsSlot() {
+				needing++
+			}
+		}
+		nodesNeeding.WithLabelValues(gd.Name).Set(float64(needing))
+		nodesInProgress.WithLabelValues(gd.Name).Set(float64(len(gd.Rebooting)))
+		nodesUnavailable.WithLabelValues(gd.Name).Set(float64(len(gd.Unavailable)))
+		for _, w := range gd.Waiting {
+			nodesWaiting.WithLabelValues(gd.Name, string(w.Reason)).Inc()
+		}
+		if needing > 0 && !gd.NextWindow.IsZero() {
+			next.at(gd.NextWindow)
+		}
+		for i := range s.groups {
+			if s.groups[i].Name != gd.Name {
+				continue
+			}
+			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int, now time.Time) error {
+	updated := rg.DeepCopy()
+	st := &updated.Status
+	st.Nodes = int32(len(gd.Nodes))
+	st.MaxUnavailable = int32(gd.MaxUnavailable)
+	st.Unavailable = int32(len(gd.Unavailable))
+	st.Needing = int32(needing)
+	st.Rebooting = int32(len(gd.Rebooting))
+	st.Done = int32(gd.Done)
+	st.Failed = int32(len(gd.Failed))
+	st.CurrentNodes = slices.Clone(gd.Rebooting)
+	st.NextWindow = nil
+	if needing > 0 && !gd.NextWindow.IsZero() {
+		st.NextWindow = &metav1.Time{Time: gd.NextWindow}
+	}
+	st.ObservedGeneration = rg.Generation
+	r.setConditions(updated, gd, needing)
+	if equality.Semantic.DeepEqual(rg.Status, updated.Status) {
+		return nil
+	}
+	err := r.Status().Patch(ctx, updated, client.MergeFromWithOptions(rg, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("patching status of reboot group %s: %w", rg.Name, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) {
+	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&rg.Status.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: rg.Generation})
+	}
+	boolStatus := func(b bool) metav1.ConditionStatus {
+		if b {
+			return metav1.ConditionTrue
+		}
+		return metav1.ConditionFalse
+	}
+
+	set(rebootv1.ConditionPaused, boolStatus(gd.Paused), rebootv1.ReasonPaused, pick(gd.Paused,
+		"spec.paused is set: no new reboots are approved", "Reboots are approved"))
+	set(rebootv1.ConditionHalted, boolStatus(gd.Halted), rebootv1.ReasonTooManyFailures, pick(gd.Halted,
+		fmt.Sprintf("Reboots failed on %s; remove the %s annotation from them (or raise spec.maxFailures) to go on",
+			strings.Join(gd.Failed, ", "), rebootv1.AnnotationFailed), "Not halted"))
+	set(rebootv1.ConditionStuck, boolStatus(len(gd.Stuck) > 0), rebootv1.ReasonRebootTimedOut, pick(len(gd.Stuck) > 0,
+		fmt.Sprintf("Not back within rebootTimeoutSeconds, still holding their slots: %s", strings.Join(gd.Stuck, ", ")),
+		"No reboot is overdue"))
+	var overlaps []string
+	for _, o := range gd.Overlapping {
+		overlaps = append(overlaps, fmt.Sprintf("%s (%s)", o.Node, strings.Join(o.Groups, ", ")))
+	}
+	set(rebootv1.ConditionOverlapping, boolStatus(len(overlaps) > 0), rebootv1.ReasonNodesOverlap, pick(len(overlaps) > 0,
+		"Nodes selected by more than one group are rebooted by none: "+strings.Join(overlaps, "; "),
+		"No node of the group is selected by another group"))
+	if o, ok := r.drainOutcome[rg.Name]; ok {
+		if o.blocked != "" {
+			set(rebootv1.ConditionDrainBlocked, metav1.ConditionTrue, rebootv1.ReasonDrainTimedOut, o.blocked)
+		} else {
+			set(rebootv1.ConditionDrainBlocked, metav1.ConditionFalse, rebootv1.ReasonDrained,
+				fmt.Sprintf("The last drain (node %s) completed", o.node))
+		}
+	}
+
+	switch {
+	case gd.Err != nil:
+		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonInvalidSpec, gd.Err.Error())
+	case gd.Paused:
+		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonPaused, "Paused")
+	case gd.Halted:
+		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonTooManyFailures,
+			fmt.Sprintf("Halted: %d failed reboot(s): %s", len(gd.Failed), strings.Join(gd.Failed, ", ")))
+	case len(gd.Stuck) > 0:
+		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonRebootTimedOut,
+			"Reboot overdue on "+strings.Join(gd.Stuck, ", "))
+	case needing > 0 && !gd.InWindow:
+		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonOutsideWindow,
+			fmt.Sprintf("%d node(s) wait for the next maintenance window at %s", needing, gd.NextWindow.UTC().Format(time.RFC3339)))
+	case needing > 0 || len(gd.Rebooting) > 0:
+		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonRollingOut,
+			fmt.Sprintf("%d rebooting (%s), %d waiting, %d of %d unavailable (max %d)", len(gd.Rebooting),
+				strings.Join(gd.Rebooting, ", "), needing, len(gd.Unavailable), len(gd.Nodes), gd.MaxUnavailable))
+	default:
+		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonIdle, "No node needs a reboot")
+	}
+}
+
+func pick(b bool, yes, no string) string {
+	if b {
+		return yes
+	}
+	return no
+}
