@@ -67,7 +67,9 @@ func blockingPods(k, v string) func(*rebootv1.RebootGroup) {
 	}
 }
 func withPod(ns, name, k, v string) func(*Node) {
-	return func(n *Node) { n.Pods = append(n.Pods, Pod{Namespace: ns, Name: name, Labels: map[string]string{k: v}}) }
+	return func(n *Node) {
+		n.Pods = append(n.Pods, Pod{Namespace: ns, Name: name, Labels: map[string]string{k: v}})
+	}
 }
 func paused(g *rebootv1.RebootGroup) { g.Spec.Paused = true }
 func windows(ws ...rebootv1.MaintenanceWindow) func(*rebootv1.RebootGroup) {

@@ -278,4 +278,3 @@ func protocolDone(n *corev1.Node) bool {
 	_, ok := n.Annotations[rebootv1.AnnotationRebootedAt]
 	return ok
 }
-
