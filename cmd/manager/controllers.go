@@ -3,17 +3,20 @@ package main
 import (
 	"context"
 	"flag"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
 	"github.com/kubext/kubext/internal/controller/crontab"
 	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
 	"github.com/kubext/kubext/internal/controller/ippool"
+	"github.com/kubext/kubext/internal/controller/pulsarconsumer"
 	"github.com/kubext/kubext/internal/controller/reboot"
 	"github.com/kubext/kubext/internal/heartbeat"
 )
@@ -23,14 +26,22 @@ type options struct {
 	// heartbeatNamespace holds the node agents' heartbeat Leases.
 	heartbeatNamespace string
 	ipDeleteStalePods  bool
+	// pulsarConsumerImage is what PulsarConsumers run unless their spec
+	// names an image.
+	pulsarConsumerImage string
+	rebootDrainBackoff time.Duration
 }
 
 func (o *options) bindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage,
+		"Image the PulsarConsumers' pods run /pulsar-consumer from, unless their spec.image says otherwise. Pin a tag or digest.")
 	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
 		"Namespace of the node agents' heartbeat Leases.")
 	fs.BoolVar(&o.ipDeleteStalePods, "ip-delete-stale-pods", false,
 		"Delete pods that claim an IP on a node whose agent is lost when no standby can take over, "+
 			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
+	fs.DurationVar(&o.rebootDrainBackoff, "reboot-drain-backoff", reboot.DefaultDrainBackoff,
+		"How long a node whose drain timed out waits before it is tried again; doubles with each further timeout, up to 30m.")
 }
 
 // controller is one entry of --controllers: the API types it needs in the
@@ -46,6 +57,7 @@ var controllers = []controller{
 	{name: "ip", addToScheme: ipv1.AddToScheme, setup: setupIP},
 	{name: "ippool", addToScheme: ipv1.AddToScheme, setup: setupIPPool},
 	{name: "crontab", addToScheme: stablev1.AddToScheme, setup: setupCronTab},
+	{name: "pulsarconsumer", addToScheme: pulsarv1.AddToScheme, setup: setupPulsarConsumer},
 	{name: "reboot", addToScheme: rebootv1.AddToScheme, setup: setupReboot},
 }
 
@@ -72,15 +84,24 @@ func setupCronTab(_ context.Context, mgr ctrl.Manager, _ *options) error {
 	}).SetupWithManager(mgr)
 }
 
-func setupReboot(_ context.Context, mgr ctrl.Manager, _ *options) error {
+func setupPulsarConsumer(_ context.Context, mgr ctrl.Manager, o *options) error {
+	return (&pulsarconsumer.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("pulsarconsumer-controller"),
+		Image:    o.pulsarConsumerImage,
+	}).SetupWithManager(mgr)
+}
+
+func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 	kube, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return err
 	}
 	return (&reboot.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Kube:      kube,
-		Recorder:  mgr.GetEventRecorder("reboot-controller"),
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Kube:         kube,
+		Recorder:     mgr.GetEventRecorder("reboot-controller"),
+		DrainBackoff: o.rebootDrainBackoff,
 	}).SetupWithManager(mgr)
 }

@@ -27,10 +27,11 @@ const (
 	// evictRetry is how soon an eviction refused by a PodDisruptionBudget is
 	// tried again.
 	evictRetry = 2 * time.Second
-	// firstBackoff and maxBackoff bound how long a node whose drain timed
-	// out waits before it is approved again; the wait doubles each time.
-	firstBackoff = time.Minute
-	maxBackoff   = 30 * time.Minute
+	// DefaultDrainBackoff is how long a node whose drain timed out waits
+	// before it is approved again, the first time; the wait doubles with
+	// each consecutive timeout, up to maxBackoff.
+	DefaultDrainBackoff = time.Minute
+	maxBackoff          = 30 * time.Minute
 )
 
 // drainOutcome is the last drain of a group, for its DrainBlocked condition.
@@ -44,8 +45,9 @@ type drainOutcome struct {
 // approval (the in-progress timestamp), so a drain left over from an earlier
 // approval of the same node is never taken for the current one.
 type drainer struct {
-	kube kubernetes.Interface
-	wake func()
+	kube         kubernetes.Interface
+	wake         func()
+	firstBackoff time.Duration
 
 	mu       sync.Mutex
 	runs     map[string]*drainRun
@@ -60,8 +62,11 @@ type drainRun struct {
 	took     time.Duration
 }
 
-func newDrainer(kube kubernetes.Interface, wake func()) *drainer {
-	return &drainer{kube: kube, wake: wake, runs: map[string]*drainRun{}, failures: map[string]int{}}
+func newDrainer(kube kubernetes.Interface, firstBackoff time.Duration, wake func()) *drainer {
+	if firstBackoff <= 0 {
+		firstBackoff = DefaultDrainBackoff
+	}
+	return &drainer{kube: kube, wake: wake, firstBackoff: firstBackoff, runs: map[string]*drainRun{}, failures: map[string]int{}}
 }
 
 // start drains the node unless a drain for this approval already runs or
@@ -130,12 +135,12 @@ func (d *drainer) forgetAllBut(keep map[string]bool) {
 	}
 }
 
-// backoff is how long a node waits after a timed-out drain: firstBackoff,
+// backoff is how long a node waits after a timed-out drain: the first backoff,
 // doubling with each consecutive timeout, at most maxBackoff.
 func (d *drainer) backoff(node string) time.Duration {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	wait := firstBackoff << min(d.failures[node], 5)
+	wait := d.firstBackoff << min(d.failures[node], 5)
 	d.failures[node]++
 	return min(wait, maxBackoff)
 }

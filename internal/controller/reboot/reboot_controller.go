@@ -61,6 +61,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Now is the controller's clock; tests replace it.
 	Now func() time.Time
+	// DrainBackoff is the first wait after a timed-out drain
+	// (DefaultDrainBackoff when zero).
+	DrainBackoff time.Duration
 
 	drains *drainer
 	// announced is the last wait reason an Event was emitted for, per node,
@@ -144,7 +147,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Now = time.Now
 	}
 	finished := make(chan event.TypedGenericEvent[client.Object], 64)
-	r.drains = newDrainer(r.Kube, func() {
+	r.drains = newDrainer(r.Kube, r.DrainBackoff, func() {
 		select {
 		case finished <- event.TypedGenericEvent[client.Object]{Object: &corev1.Node{}}:
 		default: // a wake-up is already pending
