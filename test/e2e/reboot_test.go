@@ -335,5 +335,3 @@ func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Durati
 	}
 	t.Logf("%s (%s)", what, time.Since(start).Round(100*time.Millisecond))
 }
-
-
