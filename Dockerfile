@@ -15,7 +15,7 @@ COPY internal/ internal/
 
 # TARGETOS/TARGETARCH are set by `docker buildx --platform`; plain builds use the host's.
 RUN CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o out/ ./cmd/manager ./cmd/ip-agent
+    go build -trimpath -ldflags="-s -w" -o out/ ./cmd/manager ./cmd/ip-agent ./cmd/reboot-agent ./cmd/pulsar-consumer
 
 # Distroless static: no shell, no package manager, runs as nonroot (65532).
 FROM gcr.io/distroless/static:nonroot

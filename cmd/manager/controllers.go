@@ -26,10 +26,11 @@ type options struct {
 	// heartbeatNamespace holds the node agents' heartbeat Leases.
 	heartbeatNamespace string
 	ipDeleteStalePods  bool
+	rebootDrainBackoff time.Duration
+
 	// pulsarConsumerImage is what PulsarConsumers run unless their spec
 	// names an image.
 	pulsarConsumerImage string
-	rebootDrainBackoff time.Duration
 }
 
 func (o *options) bindFlags(fs *flag.FlagSet) {
