@@ -1,6 +1,8 @@
 package pulsarconsumer
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+	"github.com/kubext/kubext/test/lab"
 )
 
 // create asks the API server to create a PulsarConsumer without keeping it.
@@ -151,4 +155,16 @@ func TestScaleIsValidated(t *testing.T) {
 	f.g.Expect(k8s.SubResource("scale").Update(f.ctx, pc, client.WithSubResourceBody(scale))).
 		To(MatchError(ContainSubstring("an Exclusive subscription admits one consumer")))
 	f.g.Expect(f.get(key, &pulsarv1.PulsarConsumer{}).(*pulsarv1.PulsarConsumer).Spec.Replicas).To(Equal(ptr.To(int32(1))))
+}
+
+func TestSampleIsValid(t *testing.T) {
+	g := NewWithT(t)
+	root, err := lab.RepoRoot()
+	g.Expect(err).NotTo(HaveOccurred())
+	data, err := os.ReadFile(filepath.Join(root, "config", "samples", "pulsar_v1_pulsarconsumer.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	pc := &pulsarv1.PulsarConsumer{}
+	g.Expect(yaml.UnmarshalStrict(data, pc)).To(Succeed())
+	pc.Namespace = ns
+	g.Expect(k8s.Create(t.Context(), pc, client.DryRunAll)).To(Succeed())
 }
