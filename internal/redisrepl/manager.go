@@ -28,6 +28,15 @@ type Result struct {
 	Err error
 }
 
+// Primary is the member that is primary after the actions: the plan's,
+// unless promoting it failed.
+func (r Result) Primary() string {
+	if len(r.Plan.Actions) > 0 && r.Plan.Actions[0].Kind == Promote && (len(r.Done) == 0 || r.Done[0] != r.Plan.Actions[0]) {
+		return ""
+	}
+	return r.Plan.Primary
+}
+
 // Reconcile observes every member at once, decides with Decide and carries
 // out the plan: the promotion first, so that the others follow a primary.
 // It never waits longer than the client's timeouts per step; members it

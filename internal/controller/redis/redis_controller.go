@@ -1,0 +1,177 @@
+// Package redis reconciles Redis objects (cache.kubext.io/v1alpha1): a
+// StatefulSet of size members, a headless Service for their stable DNS
+// names, a Service for the primary and one for the replicas, and a
+// PodDisruptionBudget, all owned by the Redis and kept matching it with
+// server-side apply; and, inside Redis, one primary with every other member
+// replicating from it (internal/redisrepl decides and acts). The status
+// reports what is observed: the primary, the members in service, and why
+// any is not.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	"github.com/kubext/kubext/internal/redisrepl"
+)
+
+// Reconciler reconciles Redis objects.
+type Reconciler struct {
+	client.Client
+	// APIReader reads the password Secret straight from the API server:
+	// kubext gets the one Secret it is told of and needs no right to list or
+	// watch the cluster's Secrets.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// Connect returns the client that talks to the members of a Redis
+	// protected by password (empty for none): redisrepl.Redis.
+	Connect func(password string) redisrepl.Client
+}
+
+// +kubebuilder:rbac:groups=cache.kubext.io,resources=redis,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cache.kubext.io,resources=redis/status,verbs=get;patch
+// Owner references with blockOwnerDeletion need update on the owner's finalizers.
+// +kubebuilder:rbac:groups=cache.kubext.io,resources=redis/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile makes one Redis's objects match its spec, keeps its members
+// replicating from one primary and reports what it observes.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	rd := &cachev1.Redis{}
+	if err := r.Get(ctx, req.NamespacedName, rd); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !rd.DeletionTimestamp.IsZero() {
+		// Its objects go with it through their owner references.
+		return ctrl.Result{}, nil
+	}
+
+	orig := rd.DeepCopy()
+	defer func() {
+		if err := r.patchStatus(ctx, orig, rd, reterr); err != nil {
+			reterr = errors.Join(reterr, err)
+		}
+	}()
+	sts, err := r.reconcileObjects(ctx, rd)
+	if errors.Is(err, errNameTaken) {
+		// Not ours to change, and its deletion is no event for this
+		// controller: look again later.
+		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rd.Status.Replicas = sts.Status.Replicas
+
+	password, err := r.password(ctx, rd)
+	if errors.Is(err, errNoSecret) {
+		// The Secret is not watched (see APIReader): look again.
+		return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileReplication(ctx, rd, password); err != nil {
+		return ctrl.Result{}, err
+	}
+	if meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
+		// Nothing in the API tells of a change inside Redis (a REPLICAOF
+		// typed by hand, a replica's link going down): look again.
+		return ctrl.Result{RequeueAfter: resync}, nil
+	}
+	return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
+}
+
+const (
+	// resync is how often a Ready Redis's members are observed again.
+	resync = 30 * time.Second
+	// nameTakenRetry is how often a Redis whose object names are taken by
+	// objects it does not control looks again.
+	nameTakenRetry = time.Minute
+)
+
+// retryAfter backs off while a Redis is not Ready: half the time it has
+// been so, from one second up to resync, so that a member starting is seen
+// at once and one that stays unreachable costs a dial every 30 seconds.
+func retryAfter(rd *cachev1.Redis) time.Duration {
+	since := time.Duration(0)
+	if c := meta.FindStatusCondition(rd.Status.Conditions, cachev1.ConditionReady); c != nil {
+		since = time.Since(c.LastTransitionTime.Time)
+	}
+	return min(max(since/2, time.Second), resync)
+}
+
+// patchStatus writes the status once per reconcile, only when it changed,
+// and only over the version it was computed from. observedGeneration moves
+// on when the reconcile finished with this generation: it succeeded, or the
+// spec was refused for good.
+func (r *Reconciler) patchStatus(ctx context.Context, orig, rd *cachev1.Redis, reconcileErr error) error {
+	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
+		rd.Status.ObservedGeneration = rd.Generation
+	}
+	if equality.Semantic.DeepEqual(orig.Status, rd.Status) {
+		return nil
+	}
+	err := r.Status().Patch(ctx, rd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) {
+		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
+	}
+	return client.IgnoreNotFound(err)
+}
+
+func setCondition(rd *cachev1.Redis, typ string, status metav1.ConditionStatus, reason, format string, args ...any) {
+	meta.SetStatusCondition(&rd.Status.Conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		Reason:             reason,
+		Message:            fmt.Sprintf(format, args...),
+		ObservedGeneration: rd.Generation,
+	})
+}
+
+// SetupWithManager registers the controller. It watches what it owns, so
+// that an object edited or deleted by hand is put back at once, and the
+// member pods (owned by the StatefulSet), so that a pod gone, started or
+// given an address is acted on at once.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("redis").
+		For(&cachev1.Redis{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToRedis)).
+		// Each reconcile may wait up to a dial timeout on members that do
+		// not answer; several at once keep one slow Redis from delaying
+		// the others.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// podToRedis maps a member pod to its Redis.
+func podToRedis(_ context.Context, o client.Object) []reconcile.Request {
+	name, ok := o.GetLabels()[cachev1.LabelRedis]
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+var _ reconcile.Reconciler = &Reconciler{}

@@ -1,0 +1,321 @@
+package redis
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+)
+
+const (
+	// FieldOwner is the server-side apply field manager of a Redis's
+	// objects: it owns exactly the fields the desired* builders set.
+	FieldOwner = "kubext-redis"
+
+	// ContainerName names the Redis container of each member pod.
+	ContainerName = "redis"
+	// Port is the port every member's Redis listens on.
+	Port = 6379
+
+	dataVolume = "data"
+)
+
+// Service names of a Redis.
+func headlessName(rd *cachev1.Redis) string { return rd.Name + "-headless" }
+func primaryName(rd *cachev1.Redis) string  { return rd.Name + "-primary" }
+func replicasName(rd *cachev1.Redis) string { return rd.Name + "-replicas" }
+
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// errNameTaken: an object of one of the Redis's names exists and is not its own.
+var errNameTaken = errors.New("an object of this name exists and is not controlled by the Redis")
+
+// errNoSecret: the password Secret or its key does not exist.
+var errNoSecret = errors.New("password Secret not found")
+
+// reconcileObjects makes the Redis's StatefulSet, Services and
+// PodDisruptionBudget match its spec and returns the StatefulSet as it now
+// stands.
+func (r *Reconciler) reconcileObjects(ctx context.Context, rd *cachev1.Redis) (*appsv1.StatefulSet, error) {
+	sts := &appsv1.StatefulSet{}
+	if err := apply(ctx, r, rd, sts, desiredStatefulSet(rd), appsv1ac.ExtractStatefulSet); err != nil {
+		return nil, err
+	}
+	for _, svc := range desiredServices(rd) {
+		if err := apply(ctx, r, rd, &corev1.Service{}, svc, corev1ac.ExtractService); err != nil {
+			return nil, err
+		}
+	}
+	if err := apply(ctx, r, rd, &policyv1.PodDisruptionBudget{}, desiredPDB(rd), policyv1ac.ExtractPodDisruptionBudget); err != nil {
+		return nil, err
+	}
+	return sts, nil
+}
+
+// applyConfiguration is what the client-go apply configurations of the
+// objects a Redis owns have in common.
+type applyConfiguration interface {
+	runtime.ApplyConfiguration
+	GetName() *string
+	GetKind() *string
+}
+
+// apply makes one owned object match want, writing only when one of the
+// fields kubext owns differs (a change of spec, an edit by hand, a missing
+// object). live receives the object as it now stands.
+func apply[O client.Object, A applyConfiguration](ctx context.Context, r *Reconciler, rd *cachev1.Redis, live O, want A,
+	extract func(O, string) (A, error)) error {
+	kind, name := *want.GetKind(), *want.GetName()
+	existed := true
+	if err := r.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: name}, live); apierrors.IsNotFound(err) {
+		existed = false
+	} else if err != nil {
+		return err
+	}
+	if existed {
+		if !metav1.IsControlledBy(live, rd) {
+			setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonObjectExists,
+				"%s %s exists and is not controlled by this Redis; delete or rename it, or rename the Redis", kind, name)
+			return errNameTaken
+		}
+		// What kubext last applied and still owns: a field edited by
+		// someone else has changed owner and is missing here.
+		have, err := extract(live, FieldOwner)
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(have, want) {
+			return nil
+		}
+	}
+	if err := r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonRejected,
+				"The API server refused %s %s: %v", kind, name, err)
+			r.Recorder.Eventf(rd, nil, corev1.EventTypeWarning, cachev1.ReasonRejected, "Apply", "The API server refused %s %s: %v", kind, name, err)
+			return reconcile.TerminalError(err)
+		}
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonApplyFailed, "Writing %s %s failed, will retry: %v", kind, name, err)
+		return err
+	}
+	// The client decoded the API server's answer into want.
+	b, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, live); err != nil {
+		return err
+	}
+	switch {
+	case !existed:
+		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Created", "Apply", "Created %s %s", kind, name)
+	case rd.Generation != rd.Status.ObservedGeneration:
+		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Updated", "Apply", "Updated %s %s to the Redis's new spec", kind, name)
+	default:
+		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Healed", "Apply", "Put back %s %s, changed outside of its Redis", kind, name)
+	}
+	return nil
+}
+
+// password reads the password from the Secret the spec names; "" when it
+// names none.
+func (r *Reconciler) password(ctx context.Context, rd *cachev1.Redis) (string, error) {
+	ref := rd.Spec.PasswordSecretKeyRef
+	if ref == nil {
+		return "", nil
+	}
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: ref.Name}, secret)
+	if apierrors.IsNotFound(err) {
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretNotFound,
+			"Secret %s (spec.passwordSecretKeyRef) does not exist: the members cannot start without it", ref.Name)
+		return "", errNoSecret
+	}
+	if err != nil {
+		return "", err
+	}
+	pw, ok := secret.Data[ref.Key]
+	if !ok {
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretNotFound,
+			"Secret %s (spec.passwordSecretKeyRef) has no key %q: the members cannot start without it", ref.Name, ref.Key)
+		return "", errNoSecret
+	}
+	return string(pw), nil
+}
+
+// labels are on every object and pod of a Redis.
+func labels(rd *cachev1.Redis) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/name":       "redis",
+		"app.kubernetes.io/instance":   rd.Name,
+		"app.kubernetes.io/managed-by": "kubext",
+		cachev1.LabelRedis:             rd.Name,
+	}
+}
+
+// selector selects a Redis's pods. It is part of the StatefulSet's
+// selector, which cannot change: keep it to the one label.
+func selector(rd *cachev1.Redis) map[string]string {
+	return map[string]string{cachev1.LabelRedis: rd.Name}
+}
+
+func ownerReference(rd *cachev1.Redis) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(cachev1.GroupVersion.String()).
+		WithKind("Redis").
+		WithName(rd.Name).
+		WithUID(rd.UID).
+		WithController(true).
+		WithBlockOwnerDeletion(true)
+}
+
+// desiredStatefulSet runs the members: every field kubext owns on the
+// StatefulSet, and nothing else, so that defaults the API server fills in
+// are never taken for a difference. Members start as primaries; the
+// controller then points all but one at the primary.
+func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfiguration {
+	args := []string{
+		"--port", strconv.Itoa(Port),
+		// Clients come from other pods; a password, when set, guards them.
+		"--protected-mode", "no",
+		"--dir", "/data",
+	}
+	if rd.Spec.Persistence != nil {
+		args = append(args, "--appendonly", "yes")
+	} else {
+		args = append(args, "--appendonly", "no", "--save", "")
+	}
+	container := corev1ac.Container().
+		WithName(ContainerName).
+		WithImage(rd.Spec.Image).
+		WithPorts(corev1ac.ContainerPort().WithName("redis").WithContainerPort(Port).WithProtocol(corev1.ProtocolTCP)).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName(dataVolume).WithMountPath("/data")).
+		WithReadinessProbe(corev1ac.Probe().
+			WithExec(corev1ac.ExecAction().WithCommand("sh", "-c", `test "$(redis-cli -h 127.0.0.1 -p `+strconv.Itoa(Port)+` ping)" = PONG`)).
+			WithPeriodSeconds(5)).
+		WithLivenessProbe(corev1ac.Probe().
+			WithTCPSocket(corev1ac.TCPSocketAction().WithPort(intstr.FromString("redis"))).
+			WithInitialDelaySeconds(10).
+			WithPeriodSeconds(10))
+	if ref := rd.Spec.PasswordSecretKeyRef; ref != nil {
+		fromSecret := func(name string) *corev1ac.EnvVarApplyConfiguration {
+			return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
+				WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(ref.Name).WithKey(ref.Key)))
+		}
+		// The kubelet expands $(REDIS_PASSWORD) in the arguments, so the
+		// password is in no object but the Secret; redis-cli (the
+		// readiness probe) reads REDISCLI_AUTH.
+		container.WithEnv(fromSecret("REDIS_PASSWORD"), fromSecret("REDISCLI_AUTH"))
+		args = append(args, "--requirepass", "$(REDIS_PASSWORD)", "--masterauth", "$(REDIS_PASSWORD)")
+	}
+	// The image's entrypoint runs redis-server with these arguments.
+	container.WithArgs(args...)
+	if res := rd.Spec.Resources; len(res.Limits) > 0 || len(res.Requests) > 0 || len(res.Claims) > 0 {
+		rr := corev1ac.ResourceRequirements()
+		if len(res.Limits) > 0 {
+			rr.WithLimits(res.Limits)
+		}
+		if len(res.Requests) > 0 {
+			rr.WithRequests(res.Requests)
+		}
+		for _, c := range res.Claims {
+			rr.WithClaims(corev1ac.ResourceClaim().WithName(c.Name).WithRequest(c.Request))
+		}
+		container.WithResources(rr)
+	}
+
+	pod := corev1ac.PodSpec().WithContainers(container)
+	spec := appsv1ac.StatefulSetSpec().
+		WithReplicas(rd.Spec.Size).
+		WithServiceName(headlessName(rd)).
+		// Members start and stop together: replication, not start order,
+		// is what makes them a group.
+		WithPodManagementPolicy(appsv1.ParallelPodManagement).
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector(rd)))
+	if p := rd.Spec.Persistence; p != nil {
+		// volumeClaimTemplates is replaced as a whole, so the fields the
+		// API server would default (volume mode, a template's status) are
+		// given, and a template has no kind or namespace, to compare equal.
+		claim := corev1ac.PersistentVolumeClaimSpec().
+			WithAccessModes(corev1.ReadWriteOnce).
+			WithVolumeMode(corev1.PersistentVolumeFilesystem).
+			WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: p.Size}))
+		if p.StorageClassName != nil {
+			claim.WithStorageClassName(*p.StorageClassName)
+		}
+		spec.WithVolumeClaimTemplates((&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
+			WithName(dataVolume).
+			WithLabels(selector(rd)).
+			WithSpec(claim).
+			WithStatus(corev1ac.PersistentVolumeClaimStatus().WithPhase(corev1.ClaimPending)))
+	} else {
+		pod.WithVolumes(corev1ac.Volume().WithName(dataVolume).WithEmptyDir(corev1ac.EmptyDirVolumeSource()))
+	}
+	spec.WithTemplate(corev1ac.PodTemplateSpec().WithLabels(labels(rd)).WithSpec(pod))
+	return appsv1ac.StatefulSet(rd.Name, rd.Namespace).
+		WithLabels(labels(rd)).
+		WithOwnerReferences(ownerReference(rd)).
+		WithSpec(spec)
+}
+
+// desiredServices are the headless Service, which gives each member the
+// stable name <pod>.<name>-headless, and the Services of the primary and
+// of the replicas, which select on the role label the controller sets on
+// the member pods.
+func desiredServices(rd *cachev1.Redis) []*corev1ac.ServiceApplyConfiguration {
+	service := func(name, role string) *corev1ac.ServiceApplyConfiguration {
+		sel := selector(rd)
+		if role != "" {
+			sel[cachev1.LabelRole] = role
+		}
+		spec := corev1ac.ServiceSpec().
+			WithSelector(sel).
+			WithPorts(corev1ac.ServicePort().WithName("redis").WithPort(Port).
+				WithTargetPort(intstr.FromString("redis")).WithProtocol(corev1.ProtocolTCP))
+		if role == "" {
+			// Members find each other before they are ready.
+			spec.WithClusterIP(corev1.ClusterIPNone).WithPublishNotReadyAddresses(true)
+		}
+		return corev1ac.Service(name, rd.Namespace).
+			WithLabels(labels(rd)).
+			WithOwnerReferences(ownerReference(rd)).
+			WithSpec(spec)
+	}
+	return []*corev1ac.ServiceApplyConfiguration{
+		service(headlessName(rd), ""),
+		service(primaryName(rd), cachev1.RolePrimary),
+		service(replicasName(rd), cachev1.RoleReplica),
+	}
+}
+
+// desiredPDB lets voluntary disruptions (drains) take one member at a time:
+// losing the primary costs a failover, losing two at once could cost the
+// primary and the replica best placed to replace it.
+func desiredPDB(rd *cachev1.Redis) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(rd.Name, rd.Namespace).
+		WithLabels(labels(rd)).
+		WithOwnerReferences(ownerReference(rd)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector(rd))))
+}
