@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
@@ -18,7 +19,9 @@ import (
 	"github.com/kubext/kubext/internal/controller/ippool"
 	"github.com/kubext/kubext/internal/controller/pulsarconsumer"
 	"github.com/kubext/kubext/internal/controller/reboot"
+	rediscontroller "github.com/kubext/kubext/internal/controller/redis"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/redisrepl"
 )
 
 // options are the controllers' own flags.
@@ -60,6 +63,7 @@ var controllers = []controller{
 	{name: "crontab", addToScheme: stablev1.AddToScheme, setup: setupCronTab},
 	{name: "pulsarconsumer", addToScheme: pulsarv1.AddToScheme, setup: setupPulsarConsumer},
 	{name: "reboot", addToScheme: rebootv1.AddToScheme, setup: setupReboot},
+	{name: "redis", addToScheme: cachev1.AddToScheme, setup: setupRedis},
 }
 
 func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
@@ -104,5 +108,14 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 		Kube:         kube,
 		Recorder:     mgr.GetEventRecorder("reboot-controller"),
 		DrainBackoff: o.rebootDrainBackoff,
+	}).SetupWithManager(mgr)
+}
+
+func setupRedis(_ context.Context, mgr ctrl.Manager, _ *options) error {
+	return (&rediscontroller.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("redis-controller"),
+		Connect:   func(password string) redisrepl.Client { return redisrepl.Redis{Password: password} },
 	}).SetupWithManager(mgr)
 }
