@@ -65,7 +65,7 @@ func TestSentinelAsksForReboot(t *testing.T) {
 	g.Expect(ann).To(Equal(map[string]string{"example.com/owner": "ops", rebootv1.AnnotationNeeded: "true"}),
 		"the agent sets needed and nothing else")
 	g.Eventually(func() ([]string, error) { return nodeEvents(ctx, thisNode, ReasonRebootRequested) }, waitFor).Should(
-		ContainElement("Sentinel file "+sentinel+" present, reboot requested"))
+		ContainElement("Sentinel file " + sentinel + " present, reboot requested"))
 	g.Consistently(func() int { return recorded.count(ReasonRebootRequested) }, 5*sentinelInterval, sentinelInterval/2).Should(
 		Equal(requests+1), "asked once")
 

@@ -66,12 +66,13 @@ type Sentinel struct {
 type SentinelAction int
 
 const (
-	// SentinelNothing: no file, or the node already asks for a reboot.
+	// SentinelNothing means there is no file, or the node already asks for
+	// a reboot.
 	SentinelNothing SentinelAction = iota
-	// SentinelRequest: set reboot.kubext.io/needed=true.
+	// SentinelRequest means: set reboot.kubext.io/needed=true.
 	SentinelRequest
-	// SentinelStale: the file predates the machine's current boot, so the
-	// reboot it asks for has already happened; leave the node alone.
+	// SentinelStale means the file predates the machine's current boot, so
+	// the reboot it asks for has already happened; leave the node alone.
 	SentinelStale
 )
 
