@@ -16,6 +16,7 @@ import (
 
 	"github.com/kubext/kubext/internal/plugin"
 	"github.com/kubext/kubext/internal/plugin/ipcmd"
+	"github.com/kubext/kubext/internal/plugin/rebootcmd"
 )
 
 func main() {
@@ -35,6 +36,6 @@ func main() {
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	env := plugin.NewEnv(streams)
 	root := plugin.NewRootCommand(env)
-	root.AddCommand(ipcmd.NewCommand(env))
+	root.AddCommand(ipcmd.NewCommand(env), rebootcmd.NewCommand(env))
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 )
 
 // Scheme knows the built-in Kubernetes types and kubext's API types.
@@ -25,6 +26,7 @@ var Scheme = runtime.NewScheme()
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(ipv1.AddToScheme(Scheme))
+	utilruntime.Must(rebootv1.AddToScheme(Scheme))
 }
 
 // Env is what every command needs: the kubectl flags that say which cluster

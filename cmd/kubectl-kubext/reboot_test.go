@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+)
+
+// rebootNodes creates Ready nodes with the label pool=<pool>.
+func rebootNodes(ctx context.Context, g Gomega, pool string, names ...string) {
+	for _, name := range names {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}}}
+		g.Expect(k8s.Create(ctx, n)).To(Succeed())
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
+		n.Status.NodeInfo.BootID = "boot-" + name
+		g.Expect(k8s.Status().Update(ctx, n)).To(Succeed())
+	}
+}
+
+// The reboot commands against a real API server: ask for reboots, plan,
+// status, pause and resume (the default group without an object too). The
+// nodes of this test are the only ones in the API server that ask for a
+// reboot.
+func TestReboot(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	rebootNodes(ctx, g, "rb", "rb-1", "rb-2", "rb-3")
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "rb"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "rb"}},
+		MaxUnavailable: ptr.To(intstr.FromInt32(2)),
+	}}
+	g.Expect(k8s.Create(ctx, group)).To(Succeed())
+
+	out, _, err := kubectl(ctx, "reboot", "plan")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("No node needs a reboot.\n"))
+
+	// A typo refuses everything: no node is marked.
+	_, _, err = kubectl(ctx, "reboot", "rb-1", "rb-9")
+	g.Expect(err).To(MatchError(`node "rb-9" not found (see: kubectl get nodes)`))
+	g.Expect(annotation(ctx, g, "rb-1")).To(BeEmpty())
+
+	out, _, err = kubectl(ctx, "reboot", "rb-1", "rb-2", "rb-3")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("node/rb-1 marked for reboot (reboot.kubext.io/needed=true)."))
+	g.Expect(out).To(ContainSubstring("rb-3: group rb (3 nodes, maxUnavailable 2, unavailable now 0); needed: Waits (MaxUnavailable)"))
+	g.Expect(out).To(ContainSubstring("Follow it with: kubectl kubext reboot status"))
+	for _, n := range []string{"rb-1", "rb-2", "rb-3"} {
+		g.Expect(annotation(ctx, g, n)).To(Equal("true"))
+	}
+	// Asking again changes nothing.
+	rv := resourceVersion(ctx, g, "rb-1")
+	out, _, err = kubectl(ctx, "reboot", "rb-1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("node/rb-1 already asks for a reboot"))
+	g.Expect(resourceVersion(ctx, g, "rb-1")).To(Equal(rv))
+
+	out, _, err = kubectl(ctx, "reboot", "plan")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("Group rb: 3 nodes, maxUnavailable 2, unavailable now 0\n" +
+		"  batch 1  now            rb-1 rb-2\n" +
+		"  batch 2  after batch 1  rb-3\n"))
+
+	// The controller approved rb-1 and ordered its reboot.
+	now := time.Now().UTC().Format(time.RFC3339)
+	patchAnnotations(ctx, g, "rb-1", map[string]any{
+		rebootv1.AnnotationInProgress: now, rebootv1.AnnotationBootID: "boot-rb-1", rebootv1.AnnotationNow: now,
+	})
+	out, _, err = kubectl(ctx, "reboot", "status")
+	g.Expect(err).NotTo(HaveOccurred())
+	lines := strings.Split(out, "\n")
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"GROUP", "NODES", "MAX", "UNAVAILABLE", "UNAVAILABLE", "NEEDING", "REBOOTING", "DONE", "FAILED", "STUCK", "STATE", "CURRENT"}))
+	g.Expect(out).To(MatchRegexp(`(?m)^rb\s+3\s+2\s+1\s+2\s+1\s+0\s+0\s+0\s+RollingOut\s+rb-1$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^rb-1\s+rb\s+Rebooting\s+.*still up in boot boot-rb-`))
+	g.Expect(out).To(MatchRegexp(`(?m)^rb-3\s+rb\s+Needed\s+-\s+Waits \(MaxUnavailable\)`))
+
+	// Pause and resume a group.
+	out, _, err = kubectl(ctx, "reboot", "pause", "rb")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("rebootgroup/rb paused.\n"))
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(group), group)).To(Succeed())
+	g.Expect(group.Spec.Paused).To(BeTrue())
+	out, _, err = kubectl(ctx, "reboot", "plan")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("Group rb: 3 nodes, maxUnavailable 2, unavailable now 1 (rb-1); Paused\n" +
+		"  rebooting now        rb-1\n" +
+		"  blocked        rb-2  Paused\n" +
+		"  blocked        rb-3  Paused\n"))
+	out, _, err = kubectl(ctx, "reboot", "pause", "rb")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("rebootgroup/rb is already paused.\n"))
+	out, _, err = kubectl(ctx, "reboot", "resume", "rb")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("rebootgroup/rb resumed.\n"))
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(group), group)).To(Succeed())
+	g.Expect(group.Spec.Paused).To(BeFalse())
+	_, _, err = kubectl(ctx, "reboot", "pause", "no-such-group")
+	g.Expect(err).To(MatchError(`RebootGroup "no-such-group" not found (see: kubectl get rebootgroups)`))
+
+	// The implicit default group has no object until it is paused.
+	out, _, err = kubectl(ctx, "reboot", "resume", "default")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("rebootgroup/default is not paused"))
+	out, _, err = kubectl(ctx, "reboot", "pause", "default")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("rebootgroup/default created with the default settings, paused.\n"))
+	def := &rebootv1.RebootGroup{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "default"}, def)).To(Succeed())
+	g.Expect(def.Spec.Paused).To(BeTrue())
+	g.Expect(def.Spec.NodeSelector).To(BeNil())
+	out, _, err = kubectl(ctx, "reboot", "status")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(MatchRegexp(`(?m)^default\s+\d+\s+1\s+.*\sPaused\s+-$`))
+	out, _, err = kubectl(ctx, "reboot", "resume", "default")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("rebootgroup/default resumed.\n"))
+	g.Expect(k8s.Delete(ctx, def)).To(Succeed())
+}
+
+func annotation(ctx context.Context, g Gomega, node string) string {
+	n := &corev1.Node{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	return n.Annotations[rebootv1.AnnotationNeeded]
+}
+
+func resourceVersion(ctx context.Context, g Gomega, node string) string {
+	n := &corev1.Node{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: node}, n)).To(Succeed())
+	return n.ResourceVersion
+}
+
+// patchAnnotations sets annotations of the node, as the controller does.
+func patchAnnotations(ctx context.Context, g Gomega, node string, ann map[string]any) {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(k8s.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+}

@@ -1,0 +1,154 @@
+package rebootcmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	"github.com/kubext/kubext/internal/plugin"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+const statusExample = `  # Every group and every node the reboot protocol touches
+  kubectl kubext reboot status
+
+  # Every node, also those with nothing to report
+  kubectl kubext reboot status --all`
+
+type statusOptions struct {
+	env *plugin.Env
+	all bool
+}
+
+func newStatusCommand(env *plugin.Env) *cobra.Command {
+	o := &statusOptions{env: env}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each reboot group's progress and each node's reboot state",
+		Long: `Show the reboot groups, including the implicit "default" group of the nodes no
+RebootGroup selects, and where each node is in the reboot protocol.
+
+For each group: its nodes, its budget (maxUnavailable resolved against the
+group's size) and how many nodes are unavailable for any reason, how many
+need a reboot, are rebooting, are done, failed or stuck, and the nodes
+rebooting now. STATE is Paused, Halted, Invalid, OutsideWindow, RollingOut,
+Waiting or Idle.
+
+For each node with a reboot annotation: Needed (waits for approval, with the
+reason), Approved, Draining, Rebooting, Soaking (back with a new boot ID,
+waiting out the soak time), Done, Failed or Stuck.
+
+Everything is computed here from the Nodes and RebootGroups, the way the
+controller decides, so it is current even where the groups' status lags.`,
+		Example: statusExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.all, "all", false, "List every node, also those the reboot protocol has not touched.")
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context) error {
+	c, err := o.env.Client()
+	if err != nil {
+		return err
+	}
+	cl, err := read(ctx, c, o.env.Now())
+	if err != nil {
+		return err
+	}
+	return writeStatus(o.env.Out, cl, o.all)
+}
+
+// writeStatus prints the group table and the node table.
+func writeStatus(w io.Writer, cl *cluster, all bool) error {
+	d := rebootplan.Decide(cl.snapshot)
+	now := cl.snapshot.Now
+	byGroup := groupOf(d)
+	var rows []NodeStatus
+	for _, n := range cl.snapshot.Nodes {
+		s := nodeStatus(n, cl.nodes[n.Name], byGroup[n.Name], d)
+		if s.State != StateNone || all {
+			rows = append(rows, s)
+		}
+	}
+	slices.SortFunc(rows, func(a, b NodeStatus) int {
+		return strings.Compare(a.Group+"/"+a.Node, b.Group+"/"+b.Node)
+	})
+	p := printers.NewTablePrinter(printers.PrintOptions{})
+	if err := p.PrintObj(groupTable(d, rows), w); err != nil {
+		return err
+	}
+	for _, o := range d.Overlapping {
+		fmt.Fprintf(w, "Node %s is selected by several groups (%s) and rebooted by none of them.\n", o.Node, strings.Join(o.Groups, ", "))
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "\nNo node needs a reboot or has been rebooted by kubext.")
+		return nil
+	}
+	fmt.Fprintln(w)
+	return p.PrintObj(nodeTable(rows, now), w)
+}
+
+// groupTable has one row per group. The counts follow RebootGroup's status
+// fields.
+func groupTable(d rebootplan.Decision, rows []NodeStatus) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Group", Type: "string"},
+		{Name: "Nodes", Type: "integer"},
+		{Name: "Max Unavailable", Type: "integer"},
+		{Name: "Unavailable", Type: "integer"},
+		{Name: "Needing", Type: "integer"},
+		{Name: "Rebooting", Type: "integer"},
+		{Name: "Done", Type: "integer"},
+		{Name: "Failed", Type: "integer"},
+		{Name: "Stuck", Type: "integer"},
+		{Name: "State", Type: "string"},
+		{Name: "Current", Type: "string"},
+	}}
+	for i := range d.Groups {
+		g := &d.Groups[i]
+		name := g.Name
+		if g.Implicit {
+			name += " (implicit)"
+		}
+		needing := 0
+		for _, r := range rows {
+			if r.Group == g.Name && r.State == StateNeeded {
+				needing++
+			}
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
+			name, len(g.Nodes), g.MaxUnavailable, len(g.Unavailable), needing, len(g.Rebooting),
+			g.Done, len(g.Failed), len(g.Stuck), groupSummary(g), orDash(strings.Join(g.Rebooting, ",")),
+		}})
+	}
+	return t
+}
+
+func nodeTable(rows []NodeStatus, now time.Time) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Node", Type: "string"},
+		{Name: "Group", Type: "string"},
+		{Name: "State", Type: "string"},
+		{Name: "Since", Type: "string"},
+		{Name: "Detail", Type: "string"},
+	}}
+	for _, r := range rows {
+		state := string(r.State)
+		if state == "" {
+			state = "-"
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{r.Node, orDash(r.Group), state, age(now, r.Since), orDash(r.Detail)}})
+	}
+	return t
+}
