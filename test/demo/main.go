@@ -32,6 +32,7 @@ var scenarios = []scenario{
 	{"The lab: a real control plane with simulated nodes", labScenario},
 	{"Static IP: one fixed address for a partner, in and out, moved in seconds on node failure", staticIPScenario},
 	{"CronTab: the Kubernetes docs' example CRD, reconciled into a CronJob", crontabScenario},
+	{"Redis: a replicated Redis as a StatefulSet, scaled with the seed's kubectl patch, healed after a hand edit", redisScenario},
 	{"PulsarConsumer: a topic's consumers as a Deployment, scaled with kubectl scale, healed after a hand edit", pulsarScenario},
 }
 
