@@ -20,8 +20,10 @@ import (
 const (
 	// notReadyLabel makes kwok's node-not-ready stage take a node down.
 	notReadyLabel = "node-not-ready.stage.kwok.x-k8s.io"
-	// notReadyDelay makes the stage act at once instead of after 1–2 s.
-	notReadyDelay = "node-not-ready.stage.kwok.x-k8s.io/delay"
+	// notReadyDelay and notReadyJitter make the stage act at once instead
+	// of after 1–2 s.
+	notReadyDelay  = "node-not-ready.stage.kwok.x-k8s.io/delay"
+	notReadyJitter = "node-not-ready.stage.kwok.x-k8s.io/jitter-delay"
 )
 
 // createNodes registers the simulated nodes and waits until kwok reports
@@ -186,7 +188,7 @@ func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeou
 func (l *Lab) FailNode(ctx context.Context, name string) error {
 	return l.patchNode(ctx, name, map[string]any{"metadata": map[string]any{
 		"labels":      map[string]any{notReadyLabel: "true"},
-		"annotations": map[string]any{notReadyDelay: "0"},
+		"annotations": map[string]any{notReadyDelay: "0", notReadyJitter: "0"},
 	}})
 }
 
@@ -194,7 +196,7 @@ func (l *Lab) FailNode(ctx context.Context, name string) error {
 func (l *Lab) RecoverNode(ctx context.Context, name string) error {
 	return l.patchNode(ctx, name, map[string]any{"metadata": map[string]any{
 		"labels":      map[string]any{notReadyLabel: nil},
-		"annotations": map[string]any{notReadyDelay: nil},
+		"annotations": map[string]any{notReadyDelay: nil, notReadyJitter: nil},
 	}})
 }
 
@@ -256,22 +258,9 @@ func (l *Lab) BootID(ctx context.Context, name string) (string, error) {
 }
 
 // Reboot simulates a reboot of the node: it goes NotReady, comes back with
-// a new boot ID, and turns Ready again.
+// a new boot ID, and turns Ready again (RebootFor without downtime).
 func (l *Lab) Reboot(ctx context.Context, name string) error {
-	if err := l.FailNode(ctx, name); err != nil {
-		return err
-	}
-	if err := l.WaitNodeReady(ctx, name, false, time.Minute); err != nil {
-		return err
-	}
-	bootID := map[string]any{"nodeInfo": map[string]any{"bootID": string(uuid.NewUUID())}}
-	if err := l.patchNodeStatus(ctx, name, bootID); err != nil {
-		return err
-	}
-	if err := l.RecoverNode(ctx, name); err != nil {
-		return err
-	}
-	return l.WaitNodeReady(ctx, name, true, time.Minute)
+	return l.RebootFor(ctx, name, 0)
 }
 
 func (l *Lab) patchNode(ctx context.Context, name string, patch map[string]any) error {

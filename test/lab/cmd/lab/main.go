@@ -5,9 +5,14 @@
 //	lab down [--name NAME]
 //	lab forward --listen ADDR --target ADDR [--device BRIDGE]
 //	lab podserver --listen ADDR --reply TEXT
+//	lab reboot [--name NAME | --dir DIR] [--downtime D] NODE
 //
 // podserver is the lab's stand-in for a pod's workload: started inside a pod
 // network namespace, it answers every TCP connection with TEXT and a newline.
+//
+// reboot is a simulated reboot of a node, the lab's reboot agents' reboot
+// command: the node goes NotReady for the downtime, comes back with a new
+// boot ID and turns Ready; it returns once the node is Ready.
 package main
 
 import (
@@ -44,6 +49,8 @@ func main() {
 		err = forward(ctx, os.Args[2:])
 	case "podserver":
 		err = podserver(ctx, os.Args[2:])
+	case "reboot":
+		err = reboot(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -54,7 +61,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward|podserver [flags]")
+	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward|podserver|reboot [flags]")
 	os.Exit(2)
 }
 
@@ -128,6 +135,43 @@ func down(ctx context.Context, args []string) error {
 		return err
 	}
 	logf("Lab %q removed", *name)
+	return nil
+}
+
+func reboot(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("reboot", flag.ExitOnError)
+	name := fs.String("name", "kubext", "lab name")
+	dir := fs.String("dir", "", "the lab's state directory (default .lab/NAME in the repository)")
+	downtime := fs.Duration("downtime", 0, "how long the node stays NotReady: the simulated shutdown and boot")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		return errors.New("reboot: exactly one node name is required")
+	}
+	node := fs.Arg(0)
+	if *dir == "" {
+		root, err := lab.RepoRoot()
+		if err != nil {
+			return err
+		}
+		*dir = filepath.Join(root, ".lab", *name)
+	}
+	l, err := lab.Load(*dir)
+	if err != nil {
+		return fmt.Errorf("no lab in %s: %w", *dir, err)
+	}
+	before, err := l.BootID(ctx, node)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := l.RebootFor(ctx, node, *downtime); err != nil {
+		return err
+	}
+	after, err := l.BootID(ctx, node)
+	if err != nil {
+		return err
+	}
+	logf("Rebooted %s in %s: boot ID %s -> %s", node, time.Since(start).Round(10*time.Millisecond), before, after)
 	return nil
 }
 

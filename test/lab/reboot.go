@@ -1,0 +1,244 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const (
+	// rebootAgentUser is the reboot-agent's service account as deployed
+	// (config/default names it kubext-reboot-agent in kubext-system).
+	rebootAgentUser = "system:serviceaccount:" + SystemNamespace + ":kubext-reboot-agent"
+	// rebootAgentPolicy is the binding of config/policy/reboot-agent.yaml.
+	rebootAgentPolicy = "reboot-agent-own-node.reboot.kubext.io"
+	// nodeNameExtra is the extra of a service-account token bound to a pod
+	// that names the pod's node.
+	nodeNameExtra = "authentication.kubernetes.io/node-name"
+)
+
+// installRebootAgent serialises installRebootAgent calls of agents started
+// together.
+var installRebootAgent sync.Mutex
+
+// NodeDir is the lab's stand-in for a node's own disk: the reboot agent's
+// sentinel file and kubeconfig live there.
+func (l *Lab) NodeDir(node string) string { return filepath.Join(l.Dir, "nodes", node) }
+
+// SentinelFile is the node's reboot sentinel (its /var/run/reboot-required):
+// create it and the node's reboot agent asks for a reboot. A simulated
+// reboot removes it, as a real boot clears /var/run.
+func (l *Lab) SentinelFile(node string) string {
+	return filepath.Join(l.NodeDir(node), "reboot-required")
+}
+
+// RebootCommandArgs are reboot-agent flags that make the agent's reboot the
+// lab's simulated one (`lab reboot`), with the node NotReady for downtime:
+// the simulated time a machine takes to shut down and boot.
+func (l *Lab) RebootCommandArgs(node string, downtime time.Duration) []string {
+	cmd := fmt.Sprintf("%s reboot --dir %s", filepath.Join(l.BinDir, "lab"), l.Dir)
+	if downtime > 0 {
+		cmd += " --downtime " + downtime.String()
+	}
+	return []string{"--reboot-command", cmd + " " + node}
+}
+
+// StartRebootAgent runs bin/reboot-agent for a node as a local process (it
+// needs no network namespace), and waits until it has synced its view of
+// the node. The agent talks to the API server as the deployed agent would:
+// as the kubext-reboot-agent service account with a token bound to its node
+// (impersonated), so its RBAC and admission policy, installed into the lab
+// on first use, are enforced. Its sentinel file is SentinelFile(node); its
+// reboot command is the simulated reboot without downtime unless args say
+// otherwise (RebootCommandArgs). Later args override earlier ones.
+func (l *Lab) StartRebootAgent(ctx context.Context, node string, args ...string) (*Process, error) {
+	if err := l.InstallRebootAgent(ctx); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(l.NodeDir(node), 0o755); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := l.writeRebootAgentKubeconfig(node)
+	if err != nil {
+		return nil, err
+	}
+	probes, err := freeLoopbackAddr()
+	if err != nil {
+		return nil, err
+	}
+	args = append(append([]string{
+		"--kubeconfig", kubeconfig, "--node-name", node,
+		"--sentinel-file", l.SentinelFile(node), "--sentinel-interval", "500ms",
+		// A simulated node has no kernel of its own: its boot ID is only
+		// in the Node's status.
+		"--boot-id-file=",
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
+	}, l.RebootCommandArgs(node, 0)...), args...)
+	p, err := l.Start("reboot-agent-"+node, "", filepath.Join(l.BinDir, "reboot-agent"), args)
+	if err != nil {
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		if !p.Running() {
+			return false, fmt.Errorf("the reboot-agent of %s exited; see %s", node, p.Log)
+		}
+		resp, err := http.Get("http://" + probes + "/readyz")
+		if err != nil {
+			return false, nil //nolint:nilerr // not listening yet
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		p.Stop(5 * time.Second)
+		return nil, fmt.Errorf("the reboot-agent of %s did not become ready (see %s): %w", node, p.Log, err)
+	}
+	return p, nil
+}
+
+// InstallRebootAgent installs the reboot agent's RBAC (config/reboot-agent,
+// named as config/default names it) and its admission policy
+// (config/policy/reboot-agent.yaml) into the lab, unless they are there, and
+// waits until the policy is enforced.
+func (l *Lab) InstallRebootAgent(ctx context.Context) error {
+	installRebootAgent.Lock()
+	defer installRebootAgent.Unlock()
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, rebootAgentPolicy, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+		return err
+	}
+	// The RBAC as config/default deploys it: in kubext-system, every name
+	// prefixed kubext-. Kustomize only reads files below its directory.
+	dir, err := os.MkdirTemp(l.Dir, "reboot-agent-rbac")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rbac, err := os.ReadFile(filepath.Join(root, "config", "reboot-agent", "rbac.yaml"))
+	if err != nil {
+		return err
+	}
+	kustomization := "namespace: " + SystemNamespace + "\nnamePrefix: kubext-\nresources:\n  - rbac.yaml\n"
+	if err := errors.Join(
+		os.WriteFile(filepath.Join(dir, "rbac.yaml"), rbac, 0o644),
+		os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644),
+	); err != nil {
+		return err
+	}
+	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", dir); err != nil {
+		return err
+	}
+	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(root, "config", "policy", "reboot-agent.yaml")); err != nil {
+		return err
+	}
+	if err := l.waitRebootAgentPolicy(ctx); err != nil {
+		return err
+	}
+	l.log("Installed the reboot agent's RBAC and admission policy")
+	return nil
+}
+
+// waitRebootAgentPolicy waits until the API server enforces the reboot
+// agent's policy (loading it takes a moment): until the agent of a node
+// that does not exist is refused a dry-run request for a lab node's reboot.
+func (l *Lab) waitRebootAgentPolicy(ctx context.Context) error {
+	if len(l.Nodes) == 0 {
+		return nil
+	}
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: rebootAgentUser, Extra: map[string][]string{nodeNameExtra: {"no-such-node"}}}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, "reboot.kubext.io/needed")
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = cs.CoreV1().Nodes().Patch(ctx, l.Nodes[0], types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "may change only its own node"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the reboot agent's admission policy is not enforced (last answer: %v): %w", last, err)
+	}
+	return nil
+}
+
+// writeRebootAgentKubeconfig writes the node's agent kubeconfig: the lab's
+// admin credentials impersonating the agent's service account with a token
+// bound to the node.
+func (l *Lab) writeRebootAgentKubeconfig(node string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = rebootAgentUser
+		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + SystemNamespace, "system:authenticated"}
+		a.ImpersonateUserExtra = map[string][]string{nodeNameExtra: {node}}
+	}
+	path := filepath.Join(l.NodeDir(node), "reboot-agent.kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
+}
+
+// RebootFor simulates a reboot of the node that keeps it down for downtime:
+// it goes NotReady, its sentinel file goes (as a boot clears /var/run), it
+// comes back with a new boot ID, and turns Ready again.
+func (l *Lab) RebootFor(ctx context.Context, name string, downtime time.Duration) error {
+	if err := l.FailNode(ctx, name); err != nil {
+		return err
+	}
+	if err := l.WaitNodeReady(ctx, name, false, time.Minute); err != nil {
+		return err
+	}
+	if err := os.Remove(l.SentinelFile(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(downtime):
+	}
+	// The kubelet reports the new boot ID when it starts, just before the
+	// node turns Ready.
+	bootID := map[string]any{"nodeInfo": map[string]any{"bootID": string(uuid.NewUUID())}}
+	if err := l.patchNodeStatus(ctx, name, bootID); err != nil {
+		return err
+	}
+	if err := l.RecoverNode(ctx, name); err != nil {
+		return err
+	}
+	return l.WaitNodeReady(ctx, name, true, time.Minute)
+}
