@@ -1,6 +1,7 @@
 package redisrepl
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -214,4 +215,33 @@ func FuzzDecide(f *testing.F) {
 			t.Fatalf("primary %q with change %s", plan.Primary, plan.Change)
 		}
 	})
+}
+
+func TestDescribe(t *testing.T) {
+	for err, want := range map[error]string{
+		fmt.Errorf("dial tcp 10.0.0.1:6379: %w", syscall.ECONNREFUSED):         "connection refused",
+		fmt.Errorf("dial tcp 10.0.0.1:6379: %w", syscall.EHOSTUNREACH):         "no route to host",
+		fmt.Errorf("dial tcp: %w", context.DeadlineExceeded):                   "timed out",
+		errors.New("WRONGPASS invalid username-password pair"):                 "wrong password",
+		errors.New("NOAUTH Authentication required."):                          "password required",
+		errors.New(`redis: can't parse map reply: "HTTP/1.1 400 Bad Request"`): "not a Redis server",
+		errors.New("ERR something else"):                                       "ERR something else",
+	} {
+		NewWithT(t).Expect(Describe(err)).To(Equal(want))
+	}
+}
+
+func TestParseInfo(t *testing.T) {
+	g := NewWithT(t)
+	s, err := ParseInfo("# Replication\r\nrole:slave\r\nmaster_host:10.0.0.5\r\nmaster_port:6379\r\nmaster_link_status:up\r\n" +
+		"slave_repl_offset:1234\r\nmaster_repl_offset:1300\r\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(State{Role: RoleReplica, PrimaryAddr: "10.0.0.5:6379", LinkUp: true, Offset: 1234}))
+	s, err = ParseInfo("# Replication\nrole:master\nconnected_slaves:0\nmaster_repl_offset:77\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s).To(Equal(State{Role: RolePrimary, Offset: 77}))
+	_, err = ParseInfo("role:sentinel\n")
+	g.Expect(err).To(MatchError(`INFO replication: unknown role "sentinel"`))
+	_, err = ParseInfo("role:master\n")
+	g.Expect(err).To(MatchError(ContainSubstring("master_repl_offset")))
 }

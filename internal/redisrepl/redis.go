@@ -149,6 +149,9 @@ func Describe(err error) string {
 		return "password required"
 	case strings.Contains(msg, "AUTH") && strings.Contains(msg, "without any password configured"):
 		return "a password is set but the server has none"
+	case strings.HasPrefix(msg, "redis: can't parse"), strings.Contains(msg, "HTTP/1."):
+		// Something listens there, but its replies are not Redis's.
+		return "not a Redis server"
 	}
 	return msg
 }
