@@ -223,7 +223,7 @@ func TestDescribe(t *testing.T) {
 		fmt.Errorf("dial tcp 10.0.0.1:6379: %w", syscall.EHOSTUNREACH):         "no route to host",
 		fmt.Errorf("dial tcp: %w", context.DeadlineExceeded):                   "timed out",
 		errors.New("WRONGPASS invalid username-password pair"):                 "wrong password",
-		errors.New("NOAUTH Authentication required."):                          "password required",
+		errors.New("NOAUTH Authentication required"):                           "password required",
 		errors.New(`redis: can't parse map reply: "HTTP/1.1 400 Bad Request"`): "not a Redis server",
 		errors.New("ERR something else"):                                       "ERR something else",
 	} {
