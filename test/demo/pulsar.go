@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strings"
-	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // pulsarScenario: the seed's PulsarConsumer becomes a Deployment of
@@ -16,7 +12,7 @@ import (
 // reports what the Deployment reports.
 func pulsarScenario(ctx context.Context, d *demo) error {
 	const name = "pulsarconsumer-sample"
-	p := &pulsarDemo{ctx: ctx, d: d}
+	p := &labKubectl{ctx: ctx, d: d}
 	pc, deploy := "pulsarconsumer/"+name, "deployment/"+name
 
 	if err := p.show("apply", "-f", filepath.Join(d.root, "config", "samples", "pulsar_v1_pulsarconsumer.yaml")); err != nil {
@@ -94,53 +90,5 @@ func pulsarScenario(ctx context.Context, d *demo) error {
 	if err := p.show("delete", "pulsarconsumer", name, "--wait"); err != nil {
 		return err
 	}
-	start := time.Now()
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
-		out, err := p.kubectl("get", "deployments", "--ignore-not-found", "-o", "name")
-		return err == nil && !strings.Contains(out, name), nil
-	})
-	if err != nil {
-		// The garbage collector learns of new CRDs at its discovery
-		// resyncs; in a lab this young it may not watch them yet. The
-		// owner reference is this operator's part.
-		say("(Deployment %s not garbage collected yet after %s: the lab's garbage collector has not picked up the PulsarConsumer CRD)",
-			name, time.Since(start).Round(time.Second))
-		return nil
-	}
-	say("Deployment %s is gone after %s", name, time.Since(start).Round(100*time.Millisecond))
-	return nil
-}
-
-// pulsarDemo runs the scenario's kubectl commands against the lab.
-type pulsarDemo struct {
-	ctx context.Context
-	d   *demo
-}
-
-func (p *pulsarDemo) kubectl(args ...string) (string, error) {
-	out, err := p.d.lab.Kubectl(p.ctx, args...)
-	return string(out), err
-}
-
-// show runs kubectl and prints the command and its output.
-func (p *pulsarDemo) show(args ...string) error {
-	say("$ kubectl %s", strings.Join(args, " "))
-	out, err := p.kubectl(args...)
-	fmt.Print(indent(out))
-	return err
-}
-
-// until waits for a jsonpath of an object to read want.
-func (p *pulsarDemo) until(what, jsonpath, want string) (time.Duration, error) {
-	start := time.Now()
-	var got string
-	err := wait.PollUntilContextTimeout(p.ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		out, err := p.kubectl("get", what, "-o", "jsonpath={"+jsonpath+"}")
-		got = strings.TrimSpace(out)
-		return err == nil && got == want, nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("%s %s is %q, want %q: %w", what, jsonpath, got, want, err)
-	}
-	return time.Since(start).Round(10 * time.Millisecond), nil
+	return p.gone("deployments", name, "PulsarConsumer")
 }
