@@ -102,6 +102,10 @@ demo: tools build ## Bring up the lab, run the manager and agents, walk through 
 
 ##@ Benchmarks (results in docs/benchmarks.md)
 
+.PHONY: bench-reboot
+bench-reboot: tools build ## Reboot: rolling reboot of 50 simulated nodes, maxUnavailable 5: overhead vs ideal, decision latency.
+	go run ./test/bench/reboot
+
 .PHONY: bench-failover
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency. Needs root.
 	go run ./test/bench/failover

@@ -31,6 +31,19 @@ type Observer struct {
 	maxUnavail map[string]int
 	violations []string
 	budgets    map[string]int
+	times      map[string]*Times
+}
+
+// Times are the moments the observer first saw a node reach each step of
+// its reboot (the observer's clock).
+type Times struct {
+	// Approved: the in-progress annotation appeared.
+	Approved time.Time
+	// BackReady: Ready with a boot ID other than the one it had when first
+	// seen.
+	BackReady time.Time
+	// Finished: the controller released it (Finished).
+	Finished time.Time
 }
 
 // Observe starts watching the nodes. groupOf names the group a node belongs
@@ -39,7 +52,7 @@ type Observer struct {
 func Observe(ctx context.Context, cs kubernetes.Interface, groupOf func(*corev1.Node) string, budgets map[string]int) (*Observer, error) {
 	o := &Observer{
 		groupOf: groupOf, nodes: map[string]*corev1.Node{}, bootIDs: map[string][]string{},
-		maxUnavail: map[string]int{}, budgets: budgets,
+		maxUnavail: map[string]int{}, budgets: budgets, times: map[string]*Times{},
 	}
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	inf := factory.Core().V1().Nodes().Informer()
@@ -78,6 +91,7 @@ func (o *Observer) saw(obj any, deleted bool) {
 		if b := n.Status.NodeInfo.BootID; b != "" && (len(ids) == 0 || ids[len(ids)-1] != b) {
 			o.bootIDs[n.Name] = append(ids, b)
 		}
+		o.timeSteps(n)
 	}
 	down := map[string]int{}
 	names := map[string][]string{}
@@ -100,11 +114,43 @@ func (o *Observer) saw(obj any, deleted bool) {
 	}
 }
 
+func (o *Observer) timeSteps(n *corev1.Node) {
+	t := o.times[n.Name]
+	if t == nil {
+		t = &Times{}
+		o.times[n.Name] = t
+	}
+	now := time.Now()
+	pn := rebootplan.NodeFrom(n)
+	if _, ok := n.Annotations[rebootv1.AnnotationInProgress]; ok && t.Approved.IsZero() {
+		t.Approved = now
+	}
+	if !t.Approved.IsZero() && t.BackReady.IsZero() && pn.Ready == corev1.ConditionTrue && o.reboots(n.Name) > 0 {
+		t.BackReady = now
+	}
+	if !t.Approved.IsZero() && t.Finished.IsZero() && Finished(n) {
+		t.Finished = now
+	}
+}
+
+// reboots is Reboots for callers holding the lock.
+func (o *Observer) reboots(node string) int { return max(len(o.bootIDs[node])-1, 0) }
+
+// Times are the moments seen of the node's (first) reboot.
+func (o *Observer) Times(node string) Times {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t := o.times[node]; t != nil {
+		return *t
+	}
+	return Times{}
+}
+
 // Reboots is how many times the node's boot ID changed while watched.
 func (o *Observer) Reboots(node string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return max(len(o.bootIDs[node])-1, 0)
+	return o.reboots(node)
 }
 
 // MaxUnavailable is the most nodes of the group seen unavailable at once.

@@ -145,7 +145,7 @@ func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g
 	oldBoot := n.Annotations[rebootv1.AnnotationBootID]
 	newBoot := n.Status.NodeInfo.BootID
 	if since := readySince(n); newBoot != oldBoot && !since.IsZero() {
-		soakEnd := since
+		soakEnd := r.backSince(n, since, now)
 		if ordered.After(soakEnd) {
 			soakEnd = ordered
 		}
@@ -179,6 +179,27 @@ func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g
 	return time.Time{}, nil
 }
 
+// backSince is when the node came back: the moment this controller first
+// saw it Ready with its new boot ID, or, when it did not (it just took
+// over), the Ready condition's transition time, which is stored to the
+// second: rounded up so that the soak is never cut short.
+func (r *Reconciler) backSince(n *corev1.Node, readySince, now time.Time) time.Time {
+	key := n.Name + "/" + n.Annotations[rebootv1.AnnotationInProgress]
+	if t, ok := r.back[key]; ok {
+		return t
+	}
+	if readySince.Nanosecond() == 0 {
+		readySince = readySince.Add(time.Second)
+	}
+	if now.Sub(readySince) < 2*time.Second {
+		// Seen within moments of it happening: what we saw is closer.
+		r.back[key] = now
+		return now
+	}
+	r.back[key] = readySince
+	return readySince
+}
+
 // complete ends a verified reboot: uncordon if kubext cordoned, record the
 // time, clear the protocol's annotations (which frees the slot).
 func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) error {
@@ -193,6 +214,7 @@ func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g g
 		return err
 	}
 	r.drains.reset(n.Name)
+	delete(r.back, n.Name+"/"+n.Annotations[rebootv1.AnnotationInProgress])
 	if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {
 		rebootSeconds.Observe(now.Sub(approved).Seconds())
 	}

@@ -15,6 +15,7 @@ package reboot
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +74,9 @@ type Reconciler struct {
 	// drainOutcome is the last drain result per group, for the
 	// DrainBlocked condition.
 	drainOutcome map[string]drainOutcome
+	// back is when this controller first saw a rebooted node Ready with its
+	// new boot ID, per node and approval: the start of its soak.
+	back map[string]time.Time
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -110,7 +114,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			freed[g.name] = done
 		}
 	}
-	r.drains.forgetAllBut(s.slotHolders())
+	holders := s.slotHolders()
+	r.drains.forgetAllBut(holders)
+	for key := range r.back {
+		if node, _, _ := strings.Cut(key, "/"); !holders[node] {
+			delete(r.back, key)
+		}
+	}
 
 	decision = rebootplan.Decide(s.snapshot(now))
 	for _, name := range decision.Approved {
@@ -155,6 +165,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	r.announced = map[string]rebootplan.Reason{}
 	r.drainOutcome = map[string]drainOutcome{}
+	r.back = map[string]time.Time{}
 	toRollout := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rollout}
 	})

@@ -1,0 +1,228 @@
+// Command reboot is `make bench-reboot`: a rolling reboot of every node of
+// a lab of simulated nodes (default 50, one group, maxUnavailable 5), each
+// node's agent running the lab's simulated reboot (NotReady for -downtime,
+// new boot ID, Ready). It compares the rollout's total time with the ideal
+// ceil(nodes/maxUnavailable) × (drain + downtime + soak), measures the
+// controller's decision latency (a slot freed, i.e. a node's soak over, to
+// the next node approved, as seen by an outside watch), and the most nodes
+// unavailable at once. The last line of its output is machine-readable.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/rebootlab"
+)
+
+func main() {
+	nodes := flag.Int("nodes", 50, "simulated nodes, all in one group")
+	maxUnavailable := flag.Int("max-unavailable", 5, "the group's maxUnavailable")
+	downtime := flag.Duration("downtime", 10*time.Second, "simulated reboot time T: how long a node stays NotReady")
+	soak := flag.Duration("soak", 5*time.Second, "the group's soakSeconds")
+	flag.Parse()
+	if err := run(*nodes, *maxUnavailable, *downtime, *soak); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-reboot:", err)
+		os.Exit(1)
+	}
+}
+
+func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	root, err := lab.RepoRoot()
+	if err != nil {
+		return err
+	}
+	l, err := lab.Up(ctx, lab.Options{Name: "bench-reboot", Prefix: "kxbr", Nodes: nodes,
+		CRDDirs: []string{filepath.Join(root, "config", "crd", "bases")},
+		Log:     func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) }})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if derr := l.Down(context.WithoutCancel(ctx)); err == nil {
+			err = derr
+		}
+	}()
+	c, err := newClient(l)
+	if err != nil {
+		return err
+	}
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+
+	group := &rebootv1.RebootGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: rebootv1.RebootGroupSpec{
+			MaxUnavailable:       ptr.To(intstr.FromInt32(int32(maxUnavailable))),
+			SoakSeconds:          ptr.To(int32(soak / time.Second)),
+			RebootTimeoutSeconds: 600,
+		},
+	}
+	if err := c.Create(ctx, group); err != nil {
+		return err
+	}
+	obs, err := rebootlab.Observe(ctx, cs, func(*corev1.Node) string { return "bench" }, map[string]int{"bench": maxUnavailable})
+	if err != nil {
+		return err
+	}
+	m, err := l.StartManager(ctx, "manager", "--controllers", "reboot")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("Manager running (log %s)\n", m.Log)
+	for _, node := range l.Nodes {
+		if _, err := l.StartRebootAgent(ctx, node, l.RebootCommandArgs(node, downtime)...); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("%d reboot agents running; simulated reboot T=%s, soak %s, maxUnavailable %d\n", nodes, downtime, soak, maxUnavailable)
+
+	start := time.Now()
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
+	for _, node := range l.Nodes {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+		if err := c.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("All %d nodes marked %s=true\n", nodes, rebootv1.AnnotationNeeded)
+	lastReport := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 25*time.Minute, true, func(context.Context) (bool, error) {
+		done := 0
+		for _, node := range l.Nodes {
+			if rebootlab.Finished(obs.Node(node)) {
+				done++
+			}
+		}
+		if time.Since(lastReport) >= 10*time.Second {
+			fmt.Printf("  %5.1f s: %d of %d rebooted\n", time.Since(start).Seconds(), done, nodes)
+			lastReport = time.Now()
+		}
+		return done == nodes, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the rollout: %w", err)
+	}
+	total := time.Since(start)
+
+	// The drain of a node without pods is the controller's own overhead,
+	// so the ideal counts it as zero.
+	batches := math.Ceil(float64(nodes) / float64(maxUnavailable))
+	ideal := time.Duration(batches) * (downtime + soak)
+	overhead := 100 * (total.Seconds() - ideal.Seconds()) / ideal.Seconds()
+
+	once := 0
+	for _, node := range l.Nodes {
+		if obs.Reboots(node) == 1 {
+			once++
+		}
+	}
+	lat := decisionLatencies(obs, l.Nodes, soak)
+	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	maxSeen := obs.MaxUnavailable("bench")
+	if v := obs.Violations(); len(v) > 0 {
+		fmt.Printf("BUDGET EXCEEDED %d times, first: %s\n", len(v), v[0])
+	}
+	fmt.Printf("\nrollout: %.1f s for %d nodes; ideal ceil(%d/%d) x (drain 0 + T %s + soak %s) = %.1f s; overhead %.1f%%\n",
+		total.Seconds(), nodes, nodes, maxUnavailable, downtime, soak, ideal.Seconds(), overhead)
+	fmt.Printf("decision latency, soak over -> next node approved (s): p50 %.3f  p99 %.3f  over %d hand-overs\n", p50, p99, len(lat))
+	fmt.Printf("rebooted exactly once: %d of %d; most unavailable at once: %d (budget %d)\n", once, nodes, maxSeen, maxUnavailable)
+	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
+		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
+	if once != nodes || len(obs.Violations()) > 0 {
+		return fmt.Errorf("the rollout was not correct: %d of %d rebooted once, %d budget violations", once, nodes, len(obs.Violations()))
+	}
+	return nil
+}
+
+// decisionLatencies pairs each approval after the first batch with the
+// slot it took: the node whose release the observer saw last before it.
+// The slot was free from that node's soak end (seen back Ready + soak).
+func decisionLatencies(obs *rebootlab.Observer, nodes []string, soak time.Duration) []float64 {
+	type step struct {
+		node  string
+		times rebootlab.Times
+	}
+	var steps []step
+	for _, n := range nodes {
+		steps = append(steps, step{n, obs.Times(n)})
+	}
+	var freed []step // by finish time
+	for _, s := range steps {
+		if !s.times.Finished.IsZero() {
+			freed = append(freed, s)
+		}
+	}
+	sort.Slice(freed, func(i, j int) bool { return freed[i].times.Finished.Before(freed[j].times.Finished) })
+	used := map[string]bool{}
+	var out []float64
+	sort.Slice(steps, func(i, j int) bool { return steps[i].times.Approved.Before(steps[j].times.Approved) })
+	for _, s := range steps {
+		// The latest release at or before this approval not yet paired.
+		var by *step
+		for i := range freed {
+			f := &freed[i]
+			if f.times.Finished.After(s.times.Approved) {
+				break
+			}
+			if !used[f.node] {
+				by = f
+			}
+		}
+		if by == nil {
+			continue // first batch: no slot was freed for it
+		}
+		used[by.node] = true
+		d := s.times.Approved.Sub(by.times.BackReady.Add(soak)).Seconds()
+		out = append(out, max(d, 0))
+	}
+	return out
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(i, 0)]
+}
+
+func newClient(l *lab.Lab) (client.Client, error) {
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := rebootv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
