@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/kubext/kubext/test/lab"
@@ -34,6 +36,7 @@ var scenarios = []scenario{
 	{"CronTab: the Kubernetes docs' example CRD, reconciled into a CronJob", crontabScenario},
 	{"Redis: a replicated Redis as a StatefulSet, scaled with the seed's kubectl patch, healed after a hand edit", redisScenario},
 	{"PulsarConsumer: a topic's consumers as a Deployment, scaled with kubectl scale, healed after a hand edit", pulsarScenario},
+	{"Reboot: rolling node reboots asked for from kubectl and by the node, never more than maxUnavailable down", rebootScenario},
 }
 
 func main() {
@@ -55,6 +58,11 @@ func run(ctx context.Context) (err error) {
 		return err
 	}
 	d := &demo{root: root}
+	// `kubectl kubext` is the plugin in bin/, found on PATH as kubectl finds
+	// plugins.
+	if err := os.Setenv("PATH", filepath.Join(root, "bin")+string(os.PathListSeparator)+os.Getenv("PATH")); err != nil {
+		return err
+	}
 	step("Bringing up the lab")
 	network := os.Geteuid() == 0
 	if !network {
@@ -86,8 +94,15 @@ func run(ctx context.Context) (err error) {
 	if err := d.startManager(ctx); err != nil {
 		return err
 	}
-	for i, s := range scenarios {
-		step("Scenario %d/%d: %s", i+1, len(scenarios), s.title)
+	// DEMO_ONLY=word runs only the scenarios whose title contains it.
+	run := scenarios
+	if only := strings.ToLower(os.Getenv("DEMO_ONLY")); only != "" {
+		run = slices.DeleteFunc(slices.Clone(scenarios), func(s scenario) bool {
+			return !strings.Contains(strings.ToLower(s.title), only)
+		})
+	}
+	for i, s := range run {
+		step("Scenario %d/%d: %s", i+1, len(run), s.title)
 		if err := s.run(ctx, d); err != nil {
 			return fmt.Errorf("%s: %w", s.title, err)
 		}
