@@ -19,14 +19,17 @@ import (
 )
 
 // agentClient acts as the deployed ip-agent of a node: its service account,
-// with a token bound to the node (impersonated here).
+// with a token bound to the node (impersonated here); node "" is a token
+// bound to nothing.
 func agentClient(t *testing.T, node string) client.Client {
 	t.Helper()
 	cfg := rest.CopyConfig(testEnv.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:kubext-system:kubext-ip-agent",
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:kubext-system", "system:authenticated"},
-		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {node}},
+	}
+	if node != "" {
+		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -98,5 +101,7 @@ func TestAgentMaySpeakOnlyForItsOwnNode(t *testing.T) {
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
 	}
 	g.Expect(other.Create(ctx, lease("ip-agent-"+nodeX, nodeX))).To(MatchError(ContainSubstring("may only write its own heartbeat Lease ip-agent-node-y")))
+	g.Expect(agentClient(t, "").Create(ctx, lease("ip-agent-"+nodeX, nodeX))).To(
+		MatchError(ContainSubstring("the ip-agent's token is not bound to a node")), "a token without a node")
 	g.Expect(own.Create(ctx, lease("ip-agent-"+nodeX, nodeX))).To(Succeed())
 }
