@@ -240,16 +240,18 @@ func (a *agents) counts() (map[string]int, int) {
 	return out, a.maxDown
 }
 
-// nodeEvents lists the Events about a node with the given reason.
+// nodeEvents lists the Events about a node (this one, not an earlier node
+// of the same name) with the given reason.
 func nodeEvents(t *testing.T, node, reason string) []eventsv1.Event {
 	t.Helper()
+	uid := getNode(t, node).UID
 	var list eventsv1.EventList
 	if err := k8s.List(context.Background(), &list); err != nil {
 		t.Fatal(err)
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == node && e.Reason == reason {
+		if e.Regarding.Kind == "Node" && e.Regarding.UID == uid && e.Reason == reason {
 			out = append(out, e)
 		}
 	}

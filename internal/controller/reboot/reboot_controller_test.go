@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -273,4 +274,56 @@ func runPod(t *testing.T, node, name string, labels map[string]string) *corev1.P
 		t.Fatal(err)
 	}
 	return pod
+}
+
+// Nothing starts outside a maintenance window, the group says when the
+// next one opens, and a paused group approves nothing; lifting either lets
+// the node go.
+func TestWindowsAndPauseHoldReboots(t *testing.T) {
+	ctx := context.Background()
+	// A window on another day of the week than today, wherever the test
+	// runs (UTC).
+	other := rebootv1.Weekday(time.Now().UTC().Add(48 * time.Hour).Weekday().String())
+	g := makeGroup(t, "window", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) {
+		s.Windows = []rebootv1.MaintenanceWindow{{Days: []rebootv1.Weekday{other}, Start: "01:00", End: "02:00", TimeZone: "UTC"}}
+	})
+	makeNode(t, g.Name, "window-0", nil)
+	startAgents(t, g.Name, 0)
+	annotate(t, "window-0", rebootv1.AnnotationNeeded, "true")
+	eventually(t, "the group reporting the next window", func() (bool, error) {
+		got := &rebootv1.RebootGroup{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), got); err != nil {
+			return false, err
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, rebootv1.ConditionReady)
+		return got.Status.NextWindow != nil && got.Status.NextWindow.UTC().Weekday().String() == string(other) &&
+			got.Status.Needing == 1 && ready != nil && ready.Reason == rebootv1.ReasonOutsideWindow, nil
+	})
+	eventually(t, "the wait announced", hasEvent(t, "window-0", "OutsideWindow", "Outside maintenance window"))
+	if _, ok := getNode(t, "window-0").Annotations[rebootv1.AnnotationInProgress]; ok {
+		t.Fatal("approved outside its maintenance window")
+	}
+
+	// Pause, then drop the window: still nothing while paused.
+	patchGroup(t, g, `{"spec":{"paused":true,"windows":null}}`)
+	eventually(t, "Paused reported", func() (bool, error) {
+		got := &rebootv1.RebootGroup{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(g), got); err != nil {
+			return false, err
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, rebootv1.ConditionPaused), nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if _, ok := getNode(t, "window-0").Annotations[rebootv1.AnnotationInProgress]; ok {
+		t.Fatal("approved while the group is paused")
+	}
+	patchGroup(t, g, `{"spec":{"paused":false}}`)
+	eventually(t, "the reboot verified once resumed", func() (bool, error) { return protocolDone(getNode(t, "window-0")), nil })
+}
+
+func patchGroup(t *testing.T, g *rebootv1.RebootGroup, mergePatch string) {
+	t.Helper()
+	if err := k8s.Patch(context.Background(), g.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(mergePatch))); err != nil {
+		t.Fatal(err)
+	}
 }
