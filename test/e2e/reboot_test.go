@@ -87,7 +87,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	guardNode(t, ctx, c, "node-0")
+	guardNode(ctx, t, c, "node-0")
 	if err := l.FailNode(ctx, "node-19"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitLeader(t, ctx, c)
+	waitLeader(ctx, t, c)
 	if _, err := l.StartManager(ctx, "manager-2", managerArgs...); err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +126,11 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 	}
 
 	// Kill the leader once a few reboots are through.
-	waitFor(t, ctx, "four reboots verified", 3*time.Minute, func() bool { return finished(obs, asked) >= 4 })
+	waitFor(ctx, t, "four reboots verified", 3*time.Minute, func() bool { return finished(obs, asked) >= 4 })
 	t.Logf("killing the leading manager (SIGKILL) with %d of %d reboots done", finished(obs, asked), len(asked))
 	first.Kill()
 
-	waitFor(t, ctx, "node-0's drain blocked and reported", 3*time.Minute, func() bool {
+	waitFor(ctx, t, "node-0's drain blocked and reported", 3*time.Minute, func() bool {
 		g := &rebootv1.RebootGroup{}
 		if err := c.Get(ctx, client.ObjectKey{Name: "pool-a"}, g); err != nil {
 			return false
@@ -139,7 +139,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 		return cond != nil && cond.Status == metav1.ConditionTrue &&
 			strings.Contains(cond.Message, "PodDisruptionBudget default/guarded allows no disruption")
 	})
-	waitFor(t, ctx, "every other node rebooted", 5*time.Minute, func() bool { return finished(obs, asked[1:]) == len(asked)-1 })
+	waitFor(ctx, t, "every other node rebooted", 5*time.Minute, func() bool { return finished(obs, asked[1:]) == len(asked)-1 })
 	if n := obs.Node("node-0"); n.Spec.Unschedulable && n.Annotations[rebootv1.AnnotationInProgress] == "" {
 		t.Error("node-0 is left cordoned between its drain attempts")
 	}
@@ -147,7 +147,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 	if err := c.Delete(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guarded", Namespace: "default"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "node-0 rebooted", 3*time.Minute, func() bool { return finished(obs, asked[:1]) == 1 })
+	waitFor(ctx, t, "node-0 rebooted", 3*time.Minute, func() bool { return finished(obs, asked[:1]) == 1 })
 
 	for _, node := range asked {
 		if got := obs.Reboots(node); got != 1 {
@@ -182,7 +182,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 		n.Annotations[rebootv1.AnnotationNeededSince] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	})
 	patchNode(t, c, "node-21", func(n *corev1.Node) { n.Annotations[rebootv1.AnnotationNeeded] = "true" })
-	waitFor(t, ctx, "node-20 ordered to reboot", time.Minute, func() bool {
+	waitFor(ctx, t, "node-20 ordered to reboot", time.Minute, func() bool {
 		n := obs.Node("node-20")
 		return n != nil && n.Annotations[rebootv1.AnnotationNow] != ""
 	})
@@ -192,7 +192,7 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 	if err := c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-20"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "node-21 approved once node-20 is gone", time.Minute, func() bool {
+	waitFor(ctx, t, "node-21 approved once node-20 is gone", time.Minute, func() bool {
 		n := obs.Node("node-21")
 		return n != nil && n.Annotations[rebootv1.AnnotationInProgress] != ""
 	})
@@ -257,7 +257,7 @@ func makeRebootGroup(t *testing.T, c client.Client, name, pool string, maxUnavai
 // guardNode runs one pod on the node with a PodDisruptionBudget that allows
 // no disruption of it, and waits until the disruption controller has said
 // so in the budget's status.
-func guardNode(t *testing.T, ctx context.Context, c client.Client, node string) {
+func guardNode(ctx context.Context, t *testing.T, c client.Client, node string) {
 	t.Helper()
 	labels := map[string]string{"app": "guarded"}
 	dep := &appsv1.Deployment{
@@ -286,7 +286,7 @@ func guardNode(t *testing.T, ctx context.Context, c client.Client, node string) 
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, ctx, "the guarded pod running and its budget computed", 2*time.Minute, func() bool {
+	waitFor(ctx, t, "the guarded pod running and its budget computed", 2*time.Minute, func() bool {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels(labels)); err != nil {
 			return false
@@ -303,9 +303,9 @@ func guardNode(t *testing.T, ctx context.Context, c client.Client, node string) 
 }
 
 // waitLeader waits until a manager holds the leader-election Lease.
-func waitLeader(t *testing.T, ctx context.Context, c client.Client) {
+func waitLeader(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
-	waitFor(t, ctx, "a leader", time.Minute, func() bool {
+	waitFor(ctx, t, "a leader", time.Minute, func() bool {
 		l := &coordinationv1.Lease{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: lab.SystemNamespace, Name: "manager.kubext.io"}, l); err != nil {
 			return false
@@ -324,7 +324,7 @@ func finished(obs *rebootlab.Observer, nodes []string) int {
 	return done
 }
 
-func waitFor(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func() bool) {
+func waitFor(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {

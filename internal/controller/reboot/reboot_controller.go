@@ -134,7 +134,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 	r.announce(s, decision)
-	if err := r.report(ctx, s, decision, now, next); err != nil {
+	if err := r.report(ctx, s, decision, next); err != nil {
 		return r.retry(ctx, err)
 	}
 	return ctrl.Result{RequeueAfter: next.after(maxRequeue)}, nil
@@ -222,9 +222,9 @@ func (d *deadlines) at(t time.Time) {
 	}
 }
 
-func (d *deadlines) after(max time.Duration) time.Duration {
-	if d.next.IsZero() || d.next.Sub(d.now) > max {
-		return max
+func (d *deadlines) after(limit time.Duration) time.Duration {
+	if d.next.IsZero() || d.next.Sub(d.now) > limit {
+		return limit
 	}
 	// A few milliseconds late rather than early: timestamps are compared
 	// with the controller's clock.

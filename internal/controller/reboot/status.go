@@ -42,7 +42,7 @@ func (r *Reconciler) announce(s *state, d rebootplan.Decision) {
 
 // report writes each RebootGroup's status (only when it changed, over the
 // version it was read at) and the metrics.
-func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, now time.Time, next *deadlines) error {
+func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, next *deadlines) error {
 	nodesNeeding.Reset()
 	nodesInProgress.Reset()
 	nodesUnavailable.Reset()
@@ -68,7 +68,7 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 			if s.groups[i].Name != gd.Name {
 				continue
 			}
-			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, now); err != nil {
+			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing); err != nil {
 				return err
 			}
 		}
@@ -76,7 +76,7 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 	return nil
 }
 
-func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int, now time.Time) error {
+func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) error {
 	updated := rg.DeepCopy()
 	st := &updated.Status
 	st.Nodes = int32(len(gd.Nodes))
