@@ -194,15 +194,16 @@ type MaintenanceWindow struct {
 	End string `json:"end"`
 
 	// timeZone is the IANA time zone name start and end are in, e.g.
-	// Europe/Oslo or America/New_York. Defaults to UTC. The API server checks
-	// only the form of the name: a well-formed name that is not in the time
-	// zone database (e.g. Europe/Osloo) is reported by the controller in the
-	// group's Ready condition (reason InvalidSpec), and the group reboots
-	// nothing until it is fixed.
+	// Europe/Oslo or America/New_York. Defaults to UTC. The API server
+	// refuses a name that is not in its time zone database (e.g.
+	// Europe/Osloo); should the controller's database lack a zone the API
+	// server knows, the group reports it in its Ready condition (reason
+	// InvalidSpec) and reboots nothing until it is fixed.
 	// +optional
 	// +kubebuilder:default=UTC
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$') && self != 'Local'",message="spec.windows[].timeZone must be an IANA time zone name such as Europe/Oslo, America/New_York or UTC"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$') || self == 'Local' || timestamp('2000-01-01T00:00:00Z').getHours(self) >= 0",message="spec.windows[].timeZone is not in the time zone database"
 	TimeZone string `json:"timeZone,omitempty"`
 }
 

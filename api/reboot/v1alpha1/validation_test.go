@@ -110,15 +110,13 @@ func TestRebootGroupValidation(t *testing.T) {
 		"window zone with spaces": {spec: map[string]any{"windows": []any{window("02:00", "04:00", "Europe/ Oslo")}}, want: "spec.windows[].timeZone must be an IANA time zone name"},
 		"window zone Local":       {spec: map[string]any{"windows": []any{window("02:00", "04:00", "Local")}}, want: "spec.windows[].timeZone must be an IANA time zone name"},
 		"window zone traversal":   {spec: map[string]any{"windows": []any{window("02:00", "04:00", "../etc/passwd")}}, want: "spec.windows[].timeZone must be an IANA time zone name"},
-		// A well-formed but unknown zone passes the API server; the
-		// controller reports it (see the timeZone field's documentation).
-		"window unknown zone":  {spec: map[string]any{"windows": []any{window("02:00", "04:00", "Europe/Osloo")}}},
-		"drain":                {spec: map[string]any{"drain": map[string]any{"timeoutSeconds": int64(600), "gracePeriodSeconds": int64(30), "deleteEmptyDirData": false, "blockingPodSelector": map[string]any{"matchLabels": map[string]any{"app": "batch"}}}}},
-		"drain zero timeout":   {spec: map[string]any{"drain": map[string]any{"timeoutSeconds": int64(0)}}, want: "spec.drain.timeoutSeconds: Invalid value"},
-		"negative soak":        {spec: map[string]any{"soakSeconds": int64(-1)}, want: "spec.soakSeconds: Invalid value"},
-		"negative maxFailures": {spec: map[string]any{"maxFailures": int64(-1)}, want: "spec.maxFailures must not be negative; 0 means never halt"},
-		"zero maxFailures":     {spec: map[string]any{"maxFailures": int64(0)}},
-		"short rebootTimeout":  {spec: map[string]any{"rebootTimeoutSeconds": int64(5)}, want: "spec.rebootTimeoutSeconds: Invalid value"},
+		"window unknown zone":     {spec: map[string]any{"windows": []any{window("02:00", "04:00", "Europe/Osloo")}}, want: "unknown time zone Europe/Osloo evaluating rule: spec.windows[].timeZone is not in the time zone database"},
+		"drain":                   {spec: map[string]any{"drain": map[string]any{"timeoutSeconds": int64(600), "gracePeriodSeconds": int64(30), "deleteEmptyDirData": false, "blockingPodSelector": map[string]any{"matchLabels": map[string]any{"app": "batch"}}}}},
+		"drain zero timeout":      {spec: map[string]any{"drain": map[string]any{"timeoutSeconds": int64(0)}}, want: "spec.drain.timeoutSeconds: Invalid value"},
+		"negative soak":           {spec: map[string]any{"soakSeconds": int64(-1)}, want: "spec.soakSeconds: Invalid value"},
+		"negative maxFailures":    {spec: map[string]any{"maxFailures": int64(-1)}, want: "spec.maxFailures must not be negative; 0 means never halt"},
+		"zero maxFailures":        {spec: map[string]any{"maxFailures": int64(0)}},
+		"short rebootTimeout":     {spec: map[string]any{"rebootTimeoutSeconds": int64(5)}, want: "spec.rebootTimeoutSeconds: Invalid value"},
 	}
 	i := 0
 	for name, tc := range tests {
