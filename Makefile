@@ -106,6 +106,10 @@ demo: tools build ## Bring up the lab, run the manager and agents, walk through 
 bench-reboot: tools build ## Reboot: rolling reboot of 50 simulated nodes, maxUnavailable 5: overhead vs ideal, decision latency.
 	go run ./test/bench/reboot
 
+.PHONY: bench-apps
+bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: time to converge, writes per resync, reconcile latency.
+	go run ./test/bench/apps
+
 .PHONY: bench-failover
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency. Needs root.
 	go run ./test/bench/failover
