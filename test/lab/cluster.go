@@ -49,8 +49,14 @@ options:
   - {{ . }}
 {{- end }}
 {{- end }}
-{{- if .PodCIDR }}
 componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  # Room for thousands of Services (the default 10.0.0.0/24 holds 253:
+  # 126 Redis of two ClusterIP Services each), as in a kubeadm cluster.
+  - key: service-cluster-ip-range
+    value: 10.96.0.0/16
+{{- if .PodCIDR }}
 - name: kwok-controller
   extraArgs:
   # Pod IPs of nodes without a spec.podCIDR of their own. (A flag, not a

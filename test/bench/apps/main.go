@@ -154,7 +154,7 @@ func run(cfg config) (err error) {
 	all := append(append([]float64{}, lat.consumers...), lat.redis...)
 	fmt.Printf("\nSummary (%d objects on %d simulated nodes)\n", objects, cfg.nodes)
 	fmt.Printf("  converge: all reconciled %.1f s, all converged %.1f s\n", conv.reconciled.Seconds(), conv.converged.Seconds())
-	fmt.Printf("  writes per object on a resync: %.3f (%.0f object writes; lease renewals %d and Events %d left out)\n",
+	fmt.Printf("  writes per object on a resync: %.3f (%.0f object writes; %d of the leader election and %d Events left out)\n",
 		writesPerResync, rs.writes.objects(), rs.writes.lease, rs.writes.events)
 	fmt.Printf("  reconcile latency (ms):  p50 %5.1f  p99 %5.1f  max %5.1f  over %d changes\n",
 		percentile(all, 50), percentile(all, 99), percentile(all, 100), len(all))
