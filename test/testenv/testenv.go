@@ -20,8 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubext/kubext/test/lab"
 )
@@ -153,4 +156,34 @@ func StartManager(ctx context.Context, mgr ctrl.Manager) {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
+}
+
+// RunManager is the controller manager of a controller package's tests:
+// it makes one, has setup register the package's controllers with it, and
+// runs it in the background until ctx ends. It returns it, whose client
+// reads the cache its controllers read, and a client that reads and writes
+// straight to the API server, for the tests to act and look. Both know
+// client-go's kinds and those each addToScheme adds. The manager serves no
+// metrics, so that packages testing at once do not compete for a port.
+func (e *Env) RunManager(ctx context.Context, setup func(ctrl.Manager) error,
+	addToScheme ...func(*runtime.Scheme) error) (client.Client, ctrl.Manager, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, addToScheme...) {
+		if err := add(scheme); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := client.New(e.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := setup(mgr); err != nil {
+		return nil, nil, err
+	}
+	StartManager(ctx, mgr)
+	return c, mgr, nil
 }

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/internal/ownedapply"
 )
 
 // Reconciler reconciles CronTab objects.
@@ -56,7 +57,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	cj, err := r.reconcileCronJob(ctx, ct)
-	if errors.Is(err, errNameTaken) {
+	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change. Its deletion is not an event for this
 		// controller (it has no owner reference to us), so look again later.
 		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil

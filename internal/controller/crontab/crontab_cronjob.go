@@ -2,22 +2,19 @@ package crontab
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/internal/ownedapply"
 )
 
 const (
@@ -33,62 +30,42 @@ const (
 	nameTakenRetry = time.Minute
 )
 
-// errNameTaken: a CronJob of the CronTab's name exists and is not its own.
-var errNameTaken = errors.New("a CronJob of this name exists and is not controlled by the CronTab")
-
 // reconcileCronJob makes the CronTab's CronJob match its spec, writing only
 // when one of the fields kubext owns differs (a change of spec, an edit by
-// hand, a missing CronJob). It returns the CronJob as it now stands.
+// hand, a missing CronJob). It returns the CronJob as it now stands, or
+// ownedapply.ErrNotControlled when a CronJob of the name is not the
+// CronTab's.
 func (r *Reconciler) reconcileCronJob(ctx context.Context, ct *stablev1.CronTab) (*batchv1.CronJob, error) {
-	live := &batchv1.CronJob{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(ct), live); apierrors.IsNotFound(err) {
-		live = nil
-	} else if err != nil {
-		return nil, err
-	}
-	if live != nil && !metav1.IsControlledBy(live, ct) {
+	cj, result, err := ownedapply.Apply(ctx, r.Client, FieldOwner, ct, ct.Status.ObservedGeneration,
+		desiredCronJob(ct), batchv1ac.ExtractCronJob)
+	var write *ownedapply.WriteError
+	switch {
+	case errors.Is(err, ownedapply.ErrNotControlled):
 		setReady(ct, metav1.ConditionFalse, stablev1.ReasonCronJobExists,
 			"CronJob %s exists and is not controlled by this CronTab; delete or rename that CronJob, or rename the CronTab", ct.Name)
-		return nil, errNameTaken
-	}
-
-	want := desiredCronJob(ct)
-	if live != nil {
-		// What kubext last applied and still owns: a field edited by
-		// someone else has changed owner and is missing here.
-		have, err := batchv1ac.ExtractCronJob(live, FieldOwner)
-		if err != nil {
-			return nil, err
-		}
-		if equality.Semantic.DeepEqual(have, want) {
-			return live, nil
-		}
-	}
-	if err := r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			setReady(ct, metav1.ConditionFalse, stablev1.ReasonCronJobRejected, "The API server refused the CronJob: %v", err)
-			r.Recorder.Eventf(ct, nil, corev1.EventTypeWarning, stablev1.ReasonCronJobRejected, "Apply", "The API server refused the CronJob: %v", err)
-			return nil, reconcile.TerminalError(err)
-		}
-		setReady(ct, metav1.ConditionFalse, stablev1.ReasonApplyFailed, "Writing CronJob %s failed, will retry: %v", ct.Name, err)
+		return nil, err
+	case errors.As(err, &write) && write.Rejected:
+		setReady(ct, metav1.ConditionFalse, stablev1.ReasonCronJobRejected, "The API server refused the CronJob: %v", write.Err)
+		r.Recorder.Eventf(ct, nil, corev1.EventTypeWarning, stablev1.ReasonCronJobRejected, "Apply", "The API server refused the CronJob: %v", write.Err)
+		return nil, reconcile.TerminalError(write.Err)
+	case errors.As(err, &write):
+		setReady(ct, metav1.ConditionFalse, stablev1.ReasonApplyFailed, "Writing CronJob %s failed, will retry: %v", ct.Name, write.Err)
+		return nil, write.Err
+	case err != nil:
 		return nil, err
 	}
-	applied, err := fromApplyConfiguration(want)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case live == nil:
-		r.Recorder.Eventf(ct, applied, corev1.EventTypeNormal, "Created", "Apply",
+	switch result {
+	case ownedapply.Created:
+		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Created", "Apply",
 			"Created CronJob %s running %s on %q", ct.Name, ct.Spec.Image, ct.Spec.CronSpec)
-	case ct.Generation != ct.Status.ObservedGeneration:
-		r.Recorder.Eventf(ct, applied, corev1.EventTypeNormal, "Updated", "Apply",
+	case ownedapply.Updated:
+		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Updated", "Apply",
 			"Updated CronJob %s to the CronTab's new spec", ct.Name)
-	default:
-		r.Recorder.Eventf(ct, applied, corev1.EventTypeNormal, "Healed", "Apply",
+	case ownedapply.Healed:
+		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Healed", "Apply",
 			"Put back CronJob %s, changed outside of its CronTab", ct.Name)
 	}
-	return applied, nil
+	return cj, nil
 }
 
 // desiredCronJob is the CronJob that runs a CronTab: every field kubext owns
@@ -134,15 +111,4 @@ func desiredCronJob(ct *stablev1.CronTab) *batchv1ac.CronJobApplyConfiguration {
 			WithController(true).
 			WithBlockOwnerDeletion(true)).
 		WithSpec(spec)
-}
-
-// fromApplyConfiguration reads the API server's answer to an apply, which
-// the client has decoded into the apply configuration.
-func fromApplyConfiguration(ac *batchv1ac.CronJobApplyConfiguration) (*batchv1.CronJob, error) {
-	b, err := json.Marshal(ac)
-	if err != nil {
-		return nil, err
-	}
-	cj := &batchv1.CronJob{}
-	return cj, json.Unmarshal(b, cj)
 }

@@ -3,48 +3,24 @@ package crontab
 import (
 	"context"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
 	"github.com/kubext/kubext/test/testenv"
 )
 
 var (
-	k8s    client.Client // direct, uncached
-	mgr    ctrl.Manager  // its client reads from the cache the controller reads
-	scheme = runtime.NewScheme()
+	k8s client.Client // direct, uncached
+	mgr ctrl.Manager  // its client reads from the cache the controller reads
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(stablev1.AddToScheme(scheme))
-	testenv.Main(m, startManager)
+	testenv.Main(m, func(ctx context.Context, env *testenv.Env) (err error) {
+		k8s, mgr, err = env.RunManager(ctx, func(mgr ctrl.Manager) error {
+			return (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("crontab-controller")}).SetupWithManager(mgr)
+		}, stablev1.AddToScheme)
+		return err
+	})
 }
-
-func startManager(ctx context.Context, env *testenv.Env) error {
-	var err error
-	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	mgr, err = ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		return err
-	}
-	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("crontab-controller")}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	testenv.StartManager(ctx, mgr)
-	return nil
-}
-
-// waitFor is the patience of every Eventually in this package.
-const waitFor = 20 * time.Second

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+	"github.com/kubext/kubext/internal/ownedapply"
 )
 
 // DefaultImage is the image the consumers run when neither the
@@ -69,7 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if errors.As(err, &failure) {
 		failure.report(pc, dep == nil)
 	}
-	if errors.Is(err, errNameTaken) {
+	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change. Its deletion is not an event for this
 		// controller (it has no owner reference to us), so look again later.
 		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil

@@ -2,24 +2,20 @@ package pulsarconsumer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+	"github.com/kubext/kubext/internal/ownedapply"
 )
 
 const (
@@ -41,10 +37,6 @@ const (
 	nameTakenRetry = time.Minute
 )
 
-// errNameTaken: a Deployment of the PulsarConsumer's name exists and is not
-// its own.
-var errNameTaken = errors.New("a Deployment of this name exists and is not controlled by the PulsarConsumer")
-
 // applyFailure is a reconcile that could not make the Deployment match the
 // spec, with the condition reason and message that tell the user why.
 type applyFailure struct {
@@ -62,67 +54,47 @@ func (f *applyFailure) Unwrap() error { return f.err }
 // it now stands, or as it stood when writing failed (nil if there is none
 // of ours), and an *applyFailure when it could not write.
 func (r *Reconciler) reconcileDeployment(ctx context.Context, pc *pulsarv1.PulsarConsumer) (*appsv1.Deployment, error) {
-	live := &appsv1.Deployment{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(pc), live); apierrors.IsNotFound(err) {
-		live = nil
-	} else if err != nil {
-		return nil, err
-	}
-	if live != nil && !metav1.IsControlledBy(live, pc) {
+	dep, result, err := ownedapply.Apply(ctx, r.Client, FieldOwner, pc, pc.Status.ObservedGeneration,
+		desiredDeployment(pc, r.image(pc)), appsv1ac.ExtractDeployment)
+	var write *ownedapply.WriteError
+	switch {
+	case errors.Is(err, ownedapply.ErrNotControlled):
 		return nil, &applyFailure{
 			reason: pulsarv1.ReasonDeploymentExists,
 			message: fmt.Sprintf("Deployment %s exists and is not controlled by this PulsarConsumer; "+
 				"delete or rename that Deployment, or rename the PulsarConsumer", pc.Name),
-			err: errNameTaken,
+			err: err,
 		}
-	}
-
-	want := desiredDeployment(pc, r.image(pc))
-	if live != nil {
-		// What kubext last applied and still owns: a field edited by
-		// someone else has changed owner and is missing here, and the
-		// defaults the API server filled in are not in it.
-		have, err := appsv1ac.ExtractDeployment(live, FieldOwner)
-		if err != nil {
-			return nil, err
+	case errors.As(err, &write) && write.Rejected:
+		r.Recorder.Eventf(pc, nil, corev1.EventTypeWarning, pulsarv1.ReasonDeploymentRejected, "Apply",
+			"The API server refused the Deployment: %v", write.Err)
+		return dep, &applyFailure{
+			reason:  pulsarv1.ReasonDeploymentRejected,
+			message: fmt.Sprintf("The API server refused the Deployment: %v", write.Err),
+			err:     reconcile.TerminalError(write.Err),
 		}
-		if equality.Semantic.DeepEqual(have, want) {
-			return live, nil
-		}
-	}
-	if err := r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			r.Recorder.Eventf(pc, nil, corev1.EventTypeWarning, pulsarv1.ReasonDeploymentRejected, "Apply",
-				"The API server refused the Deployment: %v", err)
-			return live, &applyFailure{
-				reason:  pulsarv1.ReasonDeploymentRejected,
-				message: fmt.Sprintf("The API server refused the Deployment: %v", err),
-				err:     reconcile.TerminalError(err),
-			}
-		}
-		return live, &applyFailure{
+	case errors.As(err, &write):
+		return dep, &applyFailure{
 			reason:  pulsarv1.ReasonApplyFailed,
-			message: fmt.Sprintf("Writing Deployment %s failed, will retry: %v", pc.Name, err),
-			err:     err,
+			message: fmt.Sprintf("Writing Deployment %s failed, will retry: %v", pc.Name, write.Err),
+			err:     write.Err,
 		}
-	}
-	applied, err := fromApplyConfiguration(want)
-	if err != nil {
+	case err != nil:
 		return nil, err
 	}
-	switch {
-	case live == nil:
-		r.Recorder.Eventf(pc, applied, corev1.EventTypeNormal, "Created", "Apply",
+	switch result {
+	case ownedapply.Created:
+		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Created", "Apply",
 			"Created Deployment %s: %d consumer(s) of %s on %s, subscription %s (%s)", pc.Name,
-			*applied.Spec.Replicas, pc.Spec.Topic, pc.Spec.ServerAddress, pc.Spec.SubscriptionName, pc.Spec.SubscriptionType)
-	case pc.Generation != pc.Status.ObservedGeneration:
-		r.Recorder.Eventf(pc, applied, corev1.EventTypeNormal, "Updated", "Apply",
+			*dep.Spec.Replicas, pc.Spec.Topic, pc.Spec.ServerAddress, pc.Spec.SubscriptionName, pc.Spec.SubscriptionType)
+	case ownedapply.Updated:
+		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Updated", "Apply",
 			"Updated Deployment %s to the PulsarConsumer's new spec", pc.Name)
-	default:
-		r.Recorder.Eventf(pc, applied, corev1.EventTypeNormal, "Healed", "Apply",
+	case ownedapply.Healed:
+		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Healed", "Apply",
 			"Put back Deployment %s, changed outside of its PulsarConsumer", pc.Name)
 	}
-	return applied, nil
+	return dep, nil
 }
 
 func (r *Reconciler) image(pc *pulsarv1.PulsarConsumer) string {
@@ -222,15 +194,4 @@ func desiredDeployment(pc *pulsarv1.PulsarConsumer, image string) *appsv1ac.Depl
 					WithSecurityContext(corev1ac.PodSecurityContext().
 						WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
 					WithContainers(container))))
-}
-
-// fromApplyConfiguration reads the API server's answer to an apply, which
-// the client has decoded into the apply configuration.
-func fromApplyConfiguration(ac *appsv1ac.DeploymentApplyConfiguration) (*appsv1.Deployment, error) {
-	b, err := json.Marshal(ac)
-	if err != nil {
-		return nil, err
-	}
-	dep := &appsv1.Deployment{}
-	return dep, json.Unmarshal(b, dep)
 }

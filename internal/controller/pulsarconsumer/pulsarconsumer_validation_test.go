@@ -149,12 +149,12 @@ func TestScaleIsValidated(t *testing.T) {
 	s := spec("orders", 1)
 	s.SubscriptionType = pulsarv1.SubscriptionExclusive
 	key := f.consumer("exclusive", s)
-	pc := f.get(key, &pulsarv1.PulsarConsumer{}).(*pulsarv1.PulsarConsumer)
+	pc := f.Get(key, &pulsarv1.PulsarConsumer{}).(*pulsarv1.PulsarConsumer)
 
 	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}
-	f.g.Expect(k8s.SubResource("scale").Update(f.ctx, pc, client.WithSubResourceBody(scale))).
+	f.G.Expect(k8s.SubResource("scale").Update(f.Ctx, pc, client.WithSubResourceBody(scale))).
 		To(MatchError(ContainSubstring("an Exclusive subscription admits one consumer")))
-	f.g.Expect(f.get(key, &pulsarv1.PulsarConsumer{}).(*pulsarv1.PulsarConsumer).Spec.Replicas).To(Equal(ptr.To(int32(1))))
+	f.G.Expect(f.Get(key, &pulsarv1.PulsarConsumer{}).(*pulsarv1.PulsarConsumer).Spec.Replicas).To(Equal(ptr.To(int32(1))))
 }
 
 func TestSampleIsValid(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	"github.com/kubext/kubext/internal/ownedapply"
 	"github.com/kubext/kubext/internal/redisrepl"
 )
 
@@ -70,7 +71,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	sts, err := r.reconcileObjects(ctx, rd)
-	if errors.Is(err, errNameTaken) {
+	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change, and its deletion is no event for this
 		// controller: look again later.
 		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil

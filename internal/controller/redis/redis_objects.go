@@ -2,17 +2,13 @@ package redis
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -22,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	"github.com/kubext/kubext/internal/ownedapply"
 )
 
 const (
@@ -47,9 +44,6 @@ func replicasName(rd *cachev1.Redis) string { return rd.Name + "-replicas" }
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
-// errNameTaken: an object of one of the Redis's names exists and is not its own.
-var errNameTaken = errors.New("an object of this name exists and is not controlled by the Redis")
-
 // errNoSecret: the password Secret or its key does not exist.
 var errNoSecret = errors.New("password Secret not found")
 
@@ -57,16 +51,16 @@ var errNoSecret = errors.New("password Secret not found")
 // PodDisruptionBudget match its spec and returns the StatefulSet as it now
 // stands.
 func (r *Reconciler) reconcileObjects(ctx context.Context, rd *cachev1.Redis) (*appsv1.StatefulSet, error) {
-	sts := &appsv1.StatefulSet{}
-	if err := apply(ctx, r, rd, sts, desiredStatefulSet(rd), appsv1ac.ExtractStatefulSet); err != nil {
+	sts, err := apply(ctx, r, rd, desiredStatefulSet(rd), appsv1ac.ExtractStatefulSet)
+	if err != nil {
 		return nil, err
 	}
 	for _, svc := range desiredServices(rd) {
-		if err := apply(ctx, r, rd, &corev1.Service{}, svc, corev1ac.ExtractService); err != nil {
+		if _, err := apply(ctx, r, rd, svc, corev1ac.ExtractService); err != nil {
 			return nil, err
 		}
 	}
-	if err := apply(ctx, r, rd, &policyv1.PodDisruptionBudget{}, desiredPDB(rd), policyv1ac.ExtractPodDisruptionBudget); err != nil {
+	if _, err := apply(ctx, r, rd, desiredPDB(rd), policyv1ac.ExtractPodDisruptionBudget); err != nil {
 		return nil, err
 	}
 	return sts, nil
@@ -75,66 +69,46 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, rd *cachev1.Redis) (*
 // applyConfiguration is what the client-go apply configurations of the
 // objects a Redis owns have in common.
 type applyConfiguration interface {
-	runtime.ApplyConfiguration
-	GetName() *string
+	ownedapply.Configuration
 	GetKind() *string
 }
 
-// apply makes one owned object match want, writing only when one of the
-// fields kubext owns differs (a change of spec, an edit by hand, a missing
-// object). live receives the object as it now stands.
-func apply[O client.Object, A applyConfiguration](ctx context.Context, r *Reconciler, rd *cachev1.Redis, live O, want A,
-	extract func(O, string) (A, error)) error {
+// apply makes one owned object match want (see ownedapply.Apply), sets the
+// Ready condition when it cannot, and tells of what it wrote in an Event.
+// It returns the object as it now stands, or ownedapply.ErrNotControlled
+// when an object of the name is not the Redis's.
+func apply[T any, O interface {
+	*T
+	client.Object
+}, A applyConfiguration](ctx context.Context, r *Reconciler, rd *cachev1.Redis, want A, extract func(O, string) (A, error)) (O, error) {
 	kind, name := *want.GetKind(), *want.GetName()
-	existed := true
-	if err := r.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: name}, live); apierrors.IsNotFound(err) {
-		existed = false
-	} else if err != nil {
-		return err
-	}
-	if existed {
-		if !metav1.IsControlledBy(live, rd) {
-			setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonObjectExists,
-				"%s %s exists and is not controlled by this Redis; delete or rename it, or rename the Redis", kind, name)
-			return errNameTaken
-		}
-		// What kubext last applied and still owns: a field edited by
-		// someone else has changed owner and is missing here.
-		have, err := extract(live, FieldOwner)
-		if err != nil {
-			return err
-		}
-		if equality.Semantic.DeepEqual(have, want) {
-			return nil
-		}
-	}
-	if err := r.Apply(ctx, want, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-			setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonRejected,
-				"The API server refused %s %s: %v", kind, name, err)
-			r.Recorder.Eventf(rd, nil, corev1.EventTypeWarning, cachev1.ReasonRejected, "Apply", "The API server refused %s %s: %v", kind, name, err)
-			return reconcile.TerminalError(err)
-		}
-		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonApplyFailed, "Writing %s %s failed, will retry: %v", kind, name, err)
-		return err
-	}
-	// The client decoded the API server's answer into want.
-	b, err := json.Marshal(want)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, live); err != nil {
-		return err
-	}
+	live, result, err := ownedapply.Apply(ctx, r.Client, FieldOwner, rd, rd.Status.ObservedGeneration, want, extract)
+	var write *ownedapply.WriteError
 	switch {
-	case !existed:
+	case errors.Is(err, ownedapply.ErrNotControlled):
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonObjectExists,
+			"%s %s exists and is not controlled by this Redis; delete or rename it, or rename the Redis", kind, name)
+		return nil, err
+	case errors.As(err, &write) && write.Rejected:
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonRejected,
+			"The API server refused %s %s: %v", kind, name, write.Err)
+		r.Recorder.Eventf(rd, nil, corev1.EventTypeWarning, cachev1.ReasonRejected, "Apply", "The API server refused %s %s: %v", kind, name, write.Err)
+		return nil, reconcile.TerminalError(write.Err)
+	case errors.As(err, &write):
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonApplyFailed, "Writing %s %s failed, will retry: %v", kind, name, write.Err)
+		return nil, write.Err
+	case err != nil:
+		return nil, err
+	}
+	switch result {
+	case ownedapply.Created:
 		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Created", "Apply", "Created %s %s", kind, name)
-	case rd.Generation != rd.Status.ObservedGeneration:
+	case ownedapply.Updated:
 		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Updated", "Apply", "Updated %s %s to the Redis's new spec", kind, name)
-	default:
+	case ownedapply.Healed:
 		r.Recorder.Eventf(rd, live, corev1.EventTypeNormal, "Healed", "Apply", "Put back %s %s, changed outside of its Redis", kind, name)
 	}
-	return nil
+	return live, nil
 }
 
 // password reads the password from the Secret the spec names; "" when it

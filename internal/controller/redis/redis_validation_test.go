@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // create asks the API server to create a Redis without keeping it.
@@ -70,11 +71,11 @@ func TestPersistenceCannotChange(t *testing.T) {
 	key := f.redis("persist", cachev1.RedisSpec{Size: 1, Persistence: &cachev1.Persistence{Size: resource.MustParse("1Gi")}})
 	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name}}
 	const message = "persistence cannot be added, removed or changed once the Redis exists"
-	f.g.Expect(k8s.Patch(f.ctx, rd, mergePatch(`{"spec":{"persistence":{"size":"2Gi"}}}`))).To(MatchError(ContainSubstring(message)))
-	f.g.Expect(k8s.Patch(f.ctx, rd, mergePatch(`{"spec":{"persistence":null}}`))).To(MatchError(ContainSubstring(message)))
-	f.g.Expect(k8s.Patch(f.ctx, rd, mergePatch(`{"spec":{"size":2}}`))).To(Succeed(), "other fields still change")
+	f.G.Expect(k8s.Patch(f.Ctx, rd, testenv.MergePatch(`{"spec":{"persistence":{"size":"2Gi"}}}`))).To(MatchError(ContainSubstring(message)))
+	f.G.Expect(k8s.Patch(f.Ctx, rd, testenv.MergePatch(`{"spec":{"persistence":null}}`))).To(MatchError(ContainSubstring(message)))
+	f.G.Expect(k8s.Patch(f.Ctx, rd, testenv.MergePatch(`{"spec":{"size":2}}`))).To(Succeed(), "other fields still change")
 
 	plain := f.redis("plain", size(1))
 	rd = &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: plain.Name}}
-	f.g.Expect(k8s.Patch(f.ctx, rd, mergePatch(`{"spec":{"persistence":{"size":"1Gi"}}}`))).To(MatchError(ContainSubstring(message)))
+	f.G.Expect(k8s.Patch(f.Ctx, rd, testenv.MergePatch(`{"spec":{"persistence":{"size":"1Gi"}}}`))).To(MatchError(ContainSubstring(message)))
 }
