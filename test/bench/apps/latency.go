@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -174,12 +172,3 @@ func (b *bench) measure(ctx context.Context, kind, name string, want int32, patc
 }
 
 // percentile is the p-th percentile (nearest rank) of xs; 0 for none.
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(i, 0)]
-}

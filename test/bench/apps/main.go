@@ -28,6 +28,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 )
 
@@ -159,15 +160,15 @@ func run(cfg config) (err error) {
 	fmt.Printf("  writes per object on a resync: %.3f (%.0f object writes; %d of the leader election and %d Events left out)\n",
 		writesPerResync, rs.writes.objects(), rs.writes.lease, rs.writes.events)
 	fmt.Printf("  reconcile latency (ms):  p50 %5.1f  p99 %5.1f  max %5.1f  over %d changes\n",
-		percentile(all, 50), percentile(all, 99), percentile(all, 100), len(all))
+		stats.Percentile(all, 50), stats.Percentile(all, 99), stats.Percentile(all, 100), len(all))
 	fmt.Printf("    PulsarConsumer -> Deployment:  p50 %5.1f  p99 %5.1f  over %d\n",
-		percentile(lat.consumers, 50), percentile(lat.consumers, 99), len(lat.consumers))
+		stats.Percentile(lat.consumers, 50), stats.Percentile(lat.consumers, 99), len(lat.consumers))
 	fmt.Printf("    Redis -> StatefulSet:          p50 %5.1f  p99 %5.1f  over %d\n",
-		percentile(lat.redis, 50), percentile(lat.redis, 99), len(lat.redis))
+		stats.Percentile(lat.redis, 50), stats.Percentile(lat.redis, 99), len(lat.redis))
 	fmt.Printf("    the manager's mean queue wait / reconcile time meanwhile: PulsarConsumer %.1f / %.1f ms, Redis %.1f / %.1f ms\n",
 		lat.queueMs["pulsarconsumer"], lat.reconcileMs["pulsarconsumer"], lat.queueMs["redis"], lat.reconcileMs["redis"])
 	fmt.Printf("objects=%d converge_s=%.1f writes_per_resync=%.3g reconcile_p99_ms=%.1f reconcile_p50_ms=%.1f reconciled_s=%.1f running_s=%.1f resync_s=%.1f changes=%d nodes=%d\n",
-		objects, conv.converged.Seconds(), writesPerResync, percentile(all, 99), percentile(all, 50),
+		objects, conv.converged.Seconds(), writesPerResync, stats.Percentile(all, 99), stats.Percentile(all, 50),
 		conv.reconciled.Seconds(), conv.running.Seconds(), rs.reconciled.Seconds(), len(all), cfg.nodes)
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/lab/labnet"
 	"github.com/kubext/kubext/test/staticip"
@@ -93,11 +94,11 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		return err
 	}
 	fmt.Printf("\nfailover downtime (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
-		pct(downtimes, 50), pct(downtimes, 99), slices.Max(downtimes), len(downtimes))
+		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), len(downtimes))
 	fmt.Printf("attach latency, pod Ready -> IP Ready (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
-		pct(attaches, 50), pct(attaches, 99), slices.Max(attaches), len(attaches))
+		stats.Percentile(attaches, 50), stats.Percentile(attaches, 99), slices.Max(attaches), len(attaches))
 	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g\n",
-		pct(downtimes, 50), pct(downtimes, 99), slices.Max(downtimes), pct(attaches, 50), pct(attaches, 99),
+		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
 		len(downtimes), leaseDuration.Seconds(), renew.Seconds())
 	return nil
 }
@@ -262,12 +263,4 @@ func podIsReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// pct is the p-th percentile (nearest rank) of xs.
-func pct(xs []float64, p float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(float64(len(s))*p/100+0.999999) - 1
-	return s[max(0, min(i, len(s)-1))]
 }

@@ -15,7 +15,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/rebootlab"
 )
@@ -141,7 +141,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
 		}
 	}
 	lat := decisionLatencies(obs, l.Nodes, soak)
-	p50, p99 := percentile(lat, 50), percentile(lat, 99)
+	p50, p99 := stats.Percentile(lat, 50), stats.Percentile(lat, 99)
 	maxSeen := obs.MaxUnavailable("bench")
 	if v := obs.Violations(); len(v) > 0 {
 		fmt.Printf("BUDGET EXCEEDED %d times, first: %s\n", len(v), v[0])
@@ -200,16 +200,6 @@ func decisionLatencies(obs *rebootlab.Observer, nodes []string, soak time.Durati
 		out = append(out, max(d, 0))
 	}
 	return out
-}
-
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[max(i, 0)]
 }
 
 func newClient(l *lab.Lab) (client.Client, error) {
