@@ -55,6 +55,9 @@ func Start() (*Env, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		// envtest leaves kube-apiserver and etcd running when a later step
+		// (installing the CRDs) fails.
+		_ = env.Stop()
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}
 	return &Env{Environment: env, Config: cfg}, nil
