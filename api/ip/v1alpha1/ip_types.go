@@ -98,6 +98,24 @@ const (
 	// ReasonNodeLost: the node holding the address stopped renewing its
 	// heartbeat and no standby could take over.
 	ReasonNodeLost = "NodeLost"
+
+	// ReasonNoAllowedClaimant: pods claim the IP, but none is allowed to by
+	// spec.claimants and the pool's spec.claimants.
+	ReasonNoAllowedClaimant = "NoAllowedClaimant"
+
+	// ReasonProgramming: the agent on status.node has taken the address
+	// (status.attachedNode) and is programming the node; it has not
+	// confirmed yet that traffic reaches the holder pod.
+	ReasonProgramming = "Programming"
+
+	// ReasonNotSupported: the IP's pool uses a provider this version cannot
+	// attach addresses with; nothing is attached.
+	ReasonNotSupported = "NotSupported"
+
+	// ReasonAddressConflict: the address is also a node's address, inside
+	// the cluster's pod or service ranges, or the gateway of a node's
+	// network; attaching it would break that. Nothing is attached.
+	ReasonAddressConflict = "AddressConflict"
 )
 
 // ReasonReady is the reason of a Ready condition that is True, on an IP or an
@@ -118,6 +136,7 @@ type IPSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip.isCanonical(self)",message="spec.address must be a canonical IPv4 or IPv6 address, e.g. 192.0.2.10 or 2001:db8::10"
+	// +kubebuilder:validation:XValidation:rule="!isIP(self) || !ip.isCanonical(self) || ip(self).isGlobalUnicast()",message="spec.address must be a unicast address a node can answer for: not unspecified (0.0.0.0, ::), loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), multicast (224.0.0.0/4, ff00::/8) or broadcast"
 	Address string `json:"address,omitempty"`
 
 	// pool is the name of the IPPool that allocates the address (when
@@ -141,6 +160,35 @@ type IPSpec struct {
 	// throughout; traffic to the old address stops.
 	// +optional
 	Reassign bool `json:"reassign,omitempty"`
+
+	// claimants says which pods may claim this IP with the ip.kubext.io/ip
+	// annotation. A pod that is not allowed never holds the address and is
+	// never a standby, whatever its annotation or age; it gets a Warning
+	// Event (ClaimRefused) saying why. Secure by default: a pod may claim
+	// an IP only when its namespace is named here or by the pool's
+	// spec.claimants (namespaces or namespaceSelector), and it passes every
+	// restriction that is set, here and on the pool. An IP and pool that
+	// name no namespace are claimable by no pod; their Attached condition
+	// says so (reason NoAllowedClaimant).
+	// +optional
+	Claimants *IPClaimants `json:"claimants,omitempty"`
+}
+
+// IPClaimants restricts which pods may claim an IP.
+type IPClaimants struct {
+	// namespaces are the namespaces whose pods may claim the IP.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespaces []string `json:"namespaces,omitempty"`
+
+	// podSelector, when set, further requires the claiming pod's labels to
+	// match it. An empty selector matches every pod.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
 // IPStatus is what the operator and the node agents observe.
@@ -192,12 +240,25 @@ type IPStatus struct {
 	// +optional
 	Original *IPSpec `json:"original,omitempty"`
 
-	// attachedNode is the node whose agent has confirmed it answers for the
-	// address. It differs from node while the address moves; it is written
-	// by the node agent, and node agents also select IPs by it.
+	// attachedNode is the node whose agent may answer for the address. Its
+	// agent writes it *before* it programs anything (only while status.node
+	// names its node and no other node is attached), and clears it only once
+	// nothing of the address is left on the node, so a node that might be
+	// answering is always named here. It differs from node while the
+	// address moves; node agents also select IPs by it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	AttachedNode string `json:"attachedNode,omitempty"`
+
+	// attachedPod is the holder pod (namespace/name) that the agent on
+	// attachedNode has confirmed the kernel forwards the address to, and
+	// sends for: the address is on the interface, traffic to it reaches this
+	// pod, and the pod's traffic leaves from it. Empty while the agent is
+	// still programming. The IP is Attached when attachedNode and
+	// attachedPod equal node and pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	AttachedPod string `json:"attachedPod,omitempty"`
 
 	// lastMoveTime is when the address last moved to another node.
 	// +optional

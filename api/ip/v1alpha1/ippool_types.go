@@ -30,6 +30,11 @@ const (
 	// IP without spec.pool could not tell which pool it belongs to. The
 	// message names the other pool.
 	ReasonPoolOverlap = "PoolOverlap"
+
+	// ReasonProviderNotSupported: spec.provider names a provider this
+	// version cannot attach addresses with (aws, until it is implemented);
+	// the pool's IPs are allocated but never attached.
+	ReasonProviderNotSupported = "ProviderNotSupported"
 )
 
 // IPPoolSpec describes the addresses a pool hands out and how they reach the
@@ -52,6 +57,7 @@ type IPPoolSpec struct {
 	// +kubebuilder:validation:items:MaxLength=49
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="each entry of spec.addresses must be a CIDR, e.g. 192.0.2.0/24 or 2001:db8::/120"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="each entry of spec.addresses must have no bits set after the prefix length, e.g. 192.0.2.0/24 rather than 192.0.2.1/24"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || ['0.0.0.0/8', '127.0.0.0/8', '169.254.0.0/16', '224.0.0.0/3', '::/127', '::ffff:0:0/96', 'fe80::/10', 'ff00::/8'].all(b, !cidr(self).containsCIDR(b) && !cidr(b).containsCIDR(self))",message="each entry of spec.addresses must hold only unicast addresses a node can answer for: it must not overlap 0.0.0.0/8, loopback (127.0.0.0/8, ::1), the unspecified address (::), IPv4-mapped addresses (::ffff:0:0/96), link-local (169.254.0.0/16, fe80::/10), multicast or reserved (224.0.0.0/3, ff00::/8)"
 	// +kubebuilder:validation:XValidation:rule="self.all(a, !isCIDR(a) || self.filter(b, isCIDR(b) && (cidr(a).containsCIDR(b) || cidr(b).containsCIDR(a))).size() == 1)",message="entries of spec.addresses must not overlap each other"
 	Addresses []string `json:"addresses"`
 
@@ -74,6 +80,15 @@ type IPPoolSpec struct {
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
+	// claimants says which pods may claim the IPs of this pool, for every IP
+	// in it; an IP's own spec.claimants can only narrow it further. A pod
+	// may claim an IP only when its namespace is named (here by namespaces
+	// or namespaceSelector, or in the IP's spec.claimants.namespaces) and
+	// it passes every restriction that is set. Unset here and on an IP: no
+	// pod may claim that IP.
+	// +optional
+	Claimants *PoolClaimants `json:"claimants,omitempty"`
+
 	// provider says how addresses are attached to nodes: "l2" (the default)
 	// puts the address on a node interface and announces it with gratuitous
 	// ARP / unsolicited neighbour advertisement, for bare metal and lab
@@ -91,6 +106,31 @@ type IPPoolSpec struct {
 	// aws holds settings of the aws provider.
 	// +optional
 	AWS *AWSProvider `json:"aws,omitempty"`
+}
+
+// PoolClaimants restricts which pods may claim the IPs of a pool.
+// +kubebuilder:validation:XValidation:rule="has(self.namespaces) || has(self.namespaceSelector) || has(self.podSelector)",message="spec.claimants needs namespaces, namespaceSelector or podSelector"
+type PoolClaimants struct {
+	// namespaces are namespaces whose pods may claim the pool's IPs.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespaces []string `json:"namespaces,omitempty"`
+
+	// namespaceSelector selects, by namespace label, namespaces whose pods
+	// may claim the pool's IPs. When both namespaces and namespaceSelector
+	// are set, a namespace is allowed when either names it. Select on a
+	// label only namespace administrators can set, such as
+	// kubernetes.io/metadata.name.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// podSelector, when set, requires the claiming pod's labels to match.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 }
 
 // L2Provider holds settings of the l2 provider.
