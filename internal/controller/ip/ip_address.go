@@ -139,6 +139,10 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 		return want, poolName, r.reserve(ctx, ip, want, poolName)
 	}
 	if a, err := ipam.Canonical(ip.Status.Address); err == nil {
+		if !pool.Contains(a) {
+			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool,
+				fmt.Sprintf("pool %s no longer contains %s", poolName, a)}
+		}
 		return a, poolName, r.reserve(ctx, ip, a, poolName)
 	}
 	// A reservation made before a crash, not yet recorded in status.
