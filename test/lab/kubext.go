@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 )
 
 // SystemNamespace is where kubext's components keep their Leases, as in a
@@ -179,15 +178,15 @@ func (l *Lab) InstallIPAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var manifest []byte
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
 	for _, o := range objs {
-		y, err := yaml.Marshal(o.Object)
-		if err != nil {
-			return err
-		}
-		manifest = append(append(manifest, "---\n"...), y...)
+		list.Items = append(list.Items, *o)
 	}
-	path := filepath.Join(l.Dir, "ip-agent-access.yaml")
+	manifest, err := list.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(l.Dir, "ip-agent-access.json")
 	if err := os.WriteFile(path, manifest, 0o644); err != nil {
 		return err
 	}
