@@ -59,6 +59,8 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
+	skipPolicyCheck := fs.Bool(policyCheckFlag, false, "UNSAFE: start even when the admission policy that confines this agent to its own node "+
+		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +87,9 @@ func run(ctx context.Context, args []string) error {
 	utilruntime.Must(ipv1.AddToScheme(scheme))
 	cfg, err := config.GetConfig()
 	if err != nil {
+		return err
+	}
+	if err := checkPolicy(ctx, cfg, namespace, node, *skipPolicyCheck); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
