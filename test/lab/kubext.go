@@ -114,6 +114,9 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 	args = append([]string{
 		"--kubeconfig", kubeconfig, "--node-name", node, "--heartbeat-namespace", SystemNamespace,
 		"--interface", "eth0",
+		// The lab's pods reach each other with their own addresses (it has
+		// no Services).
+		"--exclude-snat", l.PodSubnet.String(),
 	}, args...)
 	p, err := l.Start("ip-agent-"+node, l.Net.NodeNamespace(node), filepath.Join(l.BinDir, "ip-agent"), args)
 	if err != nil {
