@@ -210,7 +210,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		g := NewWithT(t)
 		set(ip.Name, attached(placed, node1, ""))
 		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedPod = "default/mine" }),
-			"may set status.attachedPod only while its node is attached, and only to status.pod (default/app) or empty, not to default/mine")
+			"may set status.attachedPod only while its node is attached, and only to status.pod (default/app) while the IP is placed on its node, or empty; not to default/mine")
 		set(ip.Name, placed)
 		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedPod = "default/app" }),
 			"may set status.attachedPod only while its node is attached")
@@ -219,6 +219,13 @@ func testAgentPolicy(t *testing.T, in install) {
 		set(ip.Name, attached(placed, node1, "default/app"))
 		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode = "" }),
 			"must clear status.attachedPod together with status.attachedNode")
+		// Moving away: the pod is on node-2 now, node-1 may only release.
+		leaving := attached(placed, node1, "")
+		leaving.Node, leaving.Pod = node2, "default/app-3"
+		set(ip.Name, leaving)
+		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedPod = "default/app-3" }),
+			"may set status.attachedPod only while its node is attached")
+		set(ip.Name, attached(placed, node1, "default/app"))
 		g.Expect(status(ip.Name)).To(same(attached(placed, node1, "default/app")))
 	})
 
