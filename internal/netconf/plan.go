@@ -3,8 +3,8 @@ package netconf
 import (
 	"errors"
 	"fmt"
-	"net"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 
