@@ -94,11 +94,12 @@ type Options struct {
 	Announcements []time.Duration
 
 	// AddressLifetime, when set (whole seconds), makes the kernel itself
-	// remove kubext's addresses that long after they were last added or
-	// refreshed (Refresh). The agent refreshes on every heartbeat renewal,
-	// so an agent killed without the chance to fence (SIGKILL, OOM) stops
-	// answering on its own instead of keeping the address for ever. Zero
-	// keeps addresses until they are removed.
+	// remove kubext's addresses, and the elements of its NAT maps, that
+	// long after they were last added or refreshed (Refresh). The agent
+	// refreshes on every heartbeat renewal, so an agent killed or frozen
+	// without the chance to fence (SIGKILL, OOM, SIGSTOP, CPU starvation)
+	// stops answering and stops translating on its own instead of keeping
+	// the address for ever. Zero keeps them until they are removed.
 	AddressLifetime time.Duration
 
 	// Log receives what the Dataplane changes. Default: discard.
