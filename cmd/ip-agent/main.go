@@ -132,7 +132,8 @@ func run(ctx context.Context, args []string) error {
 		OnLost:        agent.Fence,
 		OnRegained:    agent.Regained,
 		OnRenewed: func() {
-			if err := dp.Refresh(); err != nil {
+			// Fenced: the Lease was lost, or is not regained yet.
+			if err := dp.Refresh(); err != nil && !errors.Is(err, netconf.ErrFenced) {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},

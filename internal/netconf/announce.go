@@ -252,7 +252,7 @@ func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 			}
 			err := adm.add(s.send)
 			switch {
-			case errors.Is(err, errFenced) || errors.Is(err, errFlushed):
+			case errors.Is(err, ErrFenced) || errors.Is(err, errFlushed):
 				return
 			case err != nil:
 				d.log.Error(err, "announcement failed", "address", t.Address, "interface", t.link.Name)

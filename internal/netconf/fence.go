@@ -29,10 +29,10 @@ import (
 // Lease is held again, since what it was asked for may be stale by then.
 // Removals are never gated: they only make the node answer for less.
 
-var (
-	errFenced  = errors.New("netconf: fenced: the agent does not hold its lease")
-	errFlushed = errors.New("netconf: flushed while this change was under way")
-)
+// ErrFenced is why a fenced Dataplane refuses to add anything.
+var ErrFenced = errors.New("netconf: fenced: the agent does not hold its lease")
+
+var errFlushed = errors.New("netconf: flushed while this change was under way")
 
 // fenceGate decides which adds may reach the kernel.
 type fenceGate struct {
@@ -62,20 +62,32 @@ func (g *fenceGate) issue(ctx context.Context) pass {
 // knows every add that got through has reached the kernel.
 func (p pass) add(write func() error) error {
 	if p.gate == nil {
-		return errFenced // the zero pass permits nothing
+		return ErrFenced // the zero pass permits nothing
 	}
 	p.gate.mu.RLock()
 	defer p.gate.mu.RUnlock()
+	if err := p.lapsed(); err != nil {
+		return err
+	}
+	return write()
+}
+
+// valid reports why the pass permits nothing any more, if it does not.
+func (p pass) valid() error {
+	return p.add(func() error { return nil })
+}
+
+func (p pass) lapsed() error {
 	switch {
 	case p.gate.fenced:
-		return errFenced
+		return ErrFenced
 	case p.gen != p.gate.gen:
 		return errFlushed
 	}
 	if err := p.ctx.Err(); err != nil {
 		return fmt.Errorf("netconf: %w", err)
 	}
-	return write()
+	return nil
 }
 
 // detached is p for work that outlives the call that issued it (the

@@ -129,7 +129,7 @@ func TestFenceDoesNotWaitForAStuckApply(t *testing.T) {
 	g.Expect(time.Since(start)).To(gomega.BeNumerically("<", time.Second))
 	g.Expect(traces(t, topo)).To(gomega.BeEmpty())
 	// Refreshing adds nothing while fenced.
-	g.Expect(d.Refresh()).To(gomega.MatchError(errFenced))
+	g.Expect(d.Refresh()).To(gomega.MatchError(ErrFenced))
 
 	d.Unfence() // the Lease is back before the stuck Apply goes on
 	close(release)

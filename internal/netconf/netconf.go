@@ -336,11 +336,16 @@ func (d *Dataplane) Refresh() error {
 	}
 	d.refreshMu.Lock()
 	defer d.refreshMu.Unlock()
-	return d.gate.issue(context.Background()).add(d.refresher.refresh)
+	// Issued before reading: a Fence after this voids the rewrites.
+	adm := d.gate.issue(context.Background())
+	if err := adm.valid(); err != nil {
+		return err
+	}
+	return d.refresher.refresh(adm)
 }
 
-// refresh rewrites what it finds, as it finds it.
-func (k *kernel) refresh() error {
+// refresh rewrites what it finds, as it finds it; each rewrite is an add.
+func (k *kernel) refresh(adm pass) error {
 	links, err := k.links()
 	if err != nil {
 		return fmt.Errorf("netconf: %w", err)
@@ -355,11 +360,11 @@ func (k *kernel) refresh() error {
 		if !a.owned || !ok {
 			continue
 		}
-		if err := k.writeAddress(a.IP, link, true); err != nil {
+		if err := adm.add(func() error { return k.writeAddress(a.IP, link, true) }); err != nil {
 			errs = append(errs, fmt.Errorf("refresh %s on %s: %w", a.IP, link.Name, err))
 		}
 	}
-	errs = append(errs, k.refreshNAT())
+	errs = append(errs, k.refreshNAT(adm))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("netconf: %w", err)
 	}

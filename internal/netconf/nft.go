@@ -424,16 +424,16 @@ func (k *kernel) ruleset() *ruleset {
 // batch atomically, so no packet finds the element missing, and an element
 // that expired or was removed since it was read fails the whole batch
 // rather than coming back; the batch is then built again from a new read.
-func (k *kernel) refreshNAT() error {
+func (k *kernel) refreshNAT(adm pass) error {
 	for attempt := 1; ; attempt++ {
-		err := k.refreshNATOnce()
+		err := k.refreshNATOnce(adm)
 		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
 			return err
 		}
 	}
 }
 
-func (k *kernel) refreshNATOnce() error {
+func (k *kernel) refreshNATOnce(adm pass) error {
 	rs := k.ruleset()
 	if exists, err := k.tableExists(); err != nil || !exists {
 		return err
@@ -467,7 +467,7 @@ func (k *kernel) refreshNATOnce() error {
 	if n == 0 {
 		return nil
 	}
-	if err := b.Flush(); err != nil {
+	if err := adm.add(b.Flush); err != nil {
 		return fmt.Errorf("refresh nftables maps: %w", err)
 	}
 	return nil
