@@ -106,9 +106,11 @@ func TestAConflictingMoveIsNeverProgrammed(t *testing.T) {
 	there := f.pod("there", otherNode, "10.244.2.35")
 	ip := f.ip("ip", "192.0.2.35", ipv1.IPStatus{Node: node, Pod: pod})
 	nodeDP := newFakeDataplane(node)
+	raced := false
 	r := &Reconciler{
 		Client: racingClient{Client: k8s, once: &sync.Once{}, controllerWrites: func() {
 			f.setStatus(ip, func(s *ipv1.IPStatus) { s.Node, s.Pod = otherNode, there })
+			raced = true
 		}},
 		Recorder:  events.NewFakeRecorder(16),
 		Node:      node,
@@ -120,6 +122,7 @@ func TestAConflictingMoveIsNeverProgrammed(t *testing.T) {
 		_, err := r.Reconcile(f.ctx, ctrl.Request{})
 		f.g.Expect(err).NotTo(HaveOccurred())
 	}
+	f.g.Expect(raced).To(BeTrue(), "the agent never tried to claim")
 	f.g.Expect(nodeDP.everApplied(netip.MustParseAddr("192.0.2.35"))).To(BeFalse())
 	f.g.Expect(f.attachedNode(ip)()).To(BeEmpty())
 	f.g.Expect(nodeDP.protocolViolations()).To(BeEmpty())
