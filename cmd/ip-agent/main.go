@@ -114,9 +114,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The kernel drops the addresses one lease duration after the last
-	// renewal unless refreshed: the backstop for an agent killed before it
-	// could fence.
+	// The kernel drops the addresses and their NAT entries one lease
+	// duration after the last renewal unless refreshed: the backstop for an
+	// agent killed or frozen before it could fence.
 	lifetime := (leaseDuration + time.Second - 1) / time.Second * time.Second
 	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, AddressLifetime: lifetime, Log: ctrl.Log.WithName("netconf")})
 	if err != nil {
@@ -124,8 +124,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	// An agent that does not hold its heartbeat answers for nothing: what a
 	// previous run left (it may have been killed before it could fence, and
-	// the IPs may have moved since) goes before anything else.
-	if err := dp.Flush(ctx); err != nil {
+	// the IPs may have moved since) goes before anything else, and nothing
+	// is added until the heartbeat is held (OnRegained unfences).
+	if err := dp.Fence(ctx); err != nil {
 		return fmt.Errorf("removing what a previous run programmed: %w", err)
 	}
 	agent := &ipagent.Reconciler{
@@ -146,7 +147,8 @@ func run(ctx context.Context, args []string) error {
 		OnLost:        agent.Fence,
 		OnRegained:    agent.Regained,
 		OnRenewed: func() {
-			if err := dp.Refresh(); err != nil {
+			// Fenced: the Lease was lost, or is not regained yet.
+			if err := dp.Refresh(); err != nil && !errors.Is(err, netconf.ErrFenced) {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
@@ -176,8 +178,9 @@ func run(ctx context.Context, args []string) error {
 	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipcontroller.AgentComponent, node), "leaseDuration", leaseDuration)
 	err = mgr.Start(ctx)
 	// Leaving: remove what this node programmed so nothing answers for an
-	// IP without an agent behind it.
+	// IP without an agent behind it. Fence rather than flush: a refresh
+	// still under way must not put anything back.
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(err, dp.Flush(fctx))
+	return errors.Join(err, dp.Fence(fctx))
 }
