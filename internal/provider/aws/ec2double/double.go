@@ -764,3 +764,12 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// Leak adds ip to an ENI as a secondary address without any check, leaving
+// it wherever else it is: the state a lenient EC2 (moto) leaves behind
+// after a reassignment. For tests of the provider's verification.
+func (d *Double) Leak(eniID, ip string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.enis[eniID].ips = append(d.enis[eniID].ips, privateIP{addr: ip})
+}
