@@ -64,6 +64,17 @@ type Provider struct {
 // EKS Pod Identity, instance profile, environment), with the SDK's adaptive
 // retryer for throttling, and returns a Provider using the EC2 API.
 func New(ctx context.Context, o Options) (*Provider, error) {
+	client, err := NewEC2Client(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithEC2(client, o), nil
+}
+
+// NewEC2Client returns the EC2 client New uses: credentials from the SDK's
+// default chain (or o.Credentials), o.Region, o.Endpoint, and the adaptive
+// retryer bounded by o.MaxAttempts and o.MaxBackoff.
+func NewEC2Client(ctx context.Context, o Options) (*ec2.Client, error) {
 	maxAttempts := o.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = 5
@@ -90,12 +101,11 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading AWS configuration: %w", err)
 	}
-	client := ec2.NewFromConfig(cfg, func(eo *ec2.Options) {
+	return ec2.NewFromConfig(cfg, func(eo *ec2.Options) {
 		if o.Endpoint != "" {
 			eo.BaseEndpoint = sdkaws.String(o.Endpoint)
 		}
-	})
-	return NewWithEC2(client, o), nil
+	}), nil
 }
 
 // NewWithEC2 returns a Provider that calls api; only PublicDeviceIndex of o
