@@ -297,13 +297,18 @@ func (p *Provider) Release(ctx context.Context, a Address, vpcID string, prev At
 			return ec2Error("DisassociateAddress", fmt.Sprintf("disassociate Elastic IP %s (%s)", a.IP, cur.AssociationID), err)
 		}
 	}
-	// The private IP kubext assigned for the Elastic IP: the one it is (was)
-	// associated with when the association was kubext's, or the recorded one.
-	priv := prev.PrivateIP
-	if cur.PrivateIP != "" && (ours || cur.PrivateIP == prev.PrivateIP) {
-		priv = cur.PrivateIP
+	// The private IPs kubext assigned for the Elastic IP: the recorded one,
+	// and the one the association names when the association was kubext's
+	// (the same on EC2; not under a double or emulator that associates
+	// elsewhere).
+	privs := []string{}
+	if prev.PrivateIP != "" {
+		privs = append(privs, prev.PrivateIP)
 	}
-	if priv != "" {
+	if cur.PrivateIP != "" && ours && cur.PrivateIP != prev.PrivateIP {
+		privs = append(privs, cur.PrivateIP)
+	}
+	for _, priv := range privs {
 		hs, err := p.holders(ctx, vpcID, priv)
 		if err != nil {
 			return err
