@@ -306,8 +306,8 @@ func TestErrorsMapped(t *testing.T) {
 		{"AddressLimitExceeded", func(w *world) { w.d.EIPQuota = 0 },
 			true, aws.ReasonEIPQuota, []string{"AllocateAddress", "AddressLimitExceeded", "quota"}},
 		{"RequestLimitExceeded", func(w *world) {
-			w.d.Fail("DescribeNetworkInterfaces", ec2double.APIError("RequestLimitExceeded", "Request limit exceeded."))
-		}, false, aws.ReasonThrottled, []string{"DescribeNetworkInterfaces", "RequestLimitExceeded"}},
+			w.d.Fail("DescribeAddresses", ec2double.APIError("RequestLimitExceeded", "Request limit exceeded."))
+		}, true, aws.ReasonThrottled, []string{"DescribeAddresses", "RequestLimitExceeded"}},
 		{"InvalidAddress.NotFound", func(w *world) {
 			w.d.Fail("DescribeAddresses", ec2double.APIError("InvalidAddress.NotFound", "Address '192.0.2.20' not found."))
 		}, true, aws.ReasonAddressNotFound, []string{"DescribeAddresses", "InvalidAddress.NotFound"}},
@@ -344,5 +344,66 @@ func TestErrorsMapped(t *testing.T) {
 		if _, err := w.p.Resolve(context.Background(), id, private("10.0.1.50")); aws.ReasonOf(err) != aws.ReasonInstanceNotFound {
 			t.Errorf("Resolve(%q) = %v, want InstanceNotFound", id, err)
 		}
+	}
+}
+
+// TestUnmanagedENIPreferred: an ENI tagged node.k8s.amazonaws.com/no_manage
+// (left alone by the AWS VPC CNI) is chosen over the primary ENI, in the
+// address's subnet in private mode and over device index 0 in public mode.
+func TestUnmanagedENIPreferred(t *testing.T) {
+	w := newWorld(t)
+	inst := strings.TrimPrefix(w.node[0], "aws:///us-east-1a/")
+	other := w.d.AttachENI(inst, w.subnetB, map[string]string{aws.UnmanagedTagKey: "true"})
+	unmanaged := w.d.AttachENI(inst, w.subnetA, map[string]string{aws.UnmanagedTagKey: "true"})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		a    aws.Address
+		want string
+	}{
+		{private("10.0.1.50"), unmanaged},
+		{private("10.0.2.50"), other},
+		{public("192.0.2.10"), other}, // the first unmanaged ENI by device index
+	} {
+		got, err := w.p.Resolve(ctx, w.node[0], tc.a)
+		if err != nil || got.ENI != tc.want {
+			t.Errorf("Resolve(%s) = %s, %v; want %s", tc.a.IP, got.ENI, err, tc.want)
+		}
+	}
+	// Without unmanaged ENIs, public mode takes device index 0.
+	if got, err := w.p.Resolve(ctx, w.node[1], public("192.0.2.10")); err != nil || got.ENI != w.eni[1] {
+		t.Errorf("Resolve(node 1, public) = %s, %v; want %s", got.ENI, err, w.eni[1])
+	}
+}
+
+// dropsAssociation is an EC2 that does not carry an Elastic IP along with a
+// reassigned private IP: the provider must re-associate, still within two
+// mutating calls.
+type dropsAssociation struct{ *ec2double.Double }
+
+func (d dropsAssociation) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+	out, err := d.Double.AssignPrivateIpAddresses(ctx, in, o...)
+	eips, _ := d.Double.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{})
+	for _, x := range eips.Addresses {
+		if x.AssociationId != nil && slices.Contains(in.PrivateIpAddresses, *x.PrivateIpAddress) {
+			_, _ = d.Double.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: x.AssociationId})
+		}
+	}
+	return out, err
+}
+
+func TestPublicMoveReassociatesWhenAssociationDropped(t *testing.T) {
+	w := newWorld(t)
+	a := public("192.0.2.10")
+	att, _ := mustAttach(t, w, 0, a, aws.Attachment{})
+	w.p = aws.NewWithEC2(dropsAssociation{w.d}, aws.Options{})
+	w.d.ResetCalls()
+	_, n := mustAttach(t, w, 1, a, att)
+	_, eni, priv, _ := w.d.EIP("192.0.2.10")
+	// The double's own Disassociate in the wrapper counts as a call too.
+	if moves := n - w.d.Calls("DisassociateAddress"); moves != 2 || w.d.Calls("AssociateAddress") != 1 {
+		t.Fatalf("%d mutating calls by the provider, want 2 (assign with reassignment, re-associate)", moves)
+	}
+	if eni != w.eni[1] || priv != att.PrivateIP {
+		t.Fatalf("EIP on %s/%s, want %s/%s", eni, priv, w.eni[1], att.PrivateIP)
 	}
 }

@@ -102,13 +102,22 @@ func (p *Provider) Resolve(ctx context.Context, providerID string, a Address) (N
 			cidrs[sdkaws.ToString(s.SubnetId)] = pfx
 		}
 	}
+	unmanaged, err := p.unmanagedENIs(ctx, enis)
+	if err != nil {
+		return NodeTarget{}, err
+	}
+	// ENIs tagged no_manage come first: the AWS VPC CNI leaves them alone,
+	// while it counts secondary IPs of the ENIs it manages as pod addresses.
+	sort.SliceStable(enis, func(i, j int) bool {
+		return unmanaged[sdkaws.ToString(enis[i].NetworkInterfaceId)] && !unmanaged[sdkaws.ToString(enis[j].NetworkInterfaceId)]
+	})
 	target := func(e types.InstanceNetworkInterface) NodeTarget {
 		return NodeTarget{InstanceID: id, VPCID: sdkaws.ToString(e.VpcId), ENI: sdkaws.ToString(e.NetworkInterfaceId),
 			SubnetID: sdkaws.ToString(e.SubnetId), SubnetCIDR: cidrs[sdkaws.ToString(e.SubnetId)]}
 	}
 	if a.public() {
 		for _, e := range enis {
-			if deviceIndex(e) == p.publicDeviceIndex {
+			if unmanaged[sdkaws.ToString(e.NetworkInterfaceId)] || deviceIndex(e) == p.publicDeviceIndex {
 				t := target(e)
 				if t.VPCID == "" {
 					t.VPCID = sdkaws.ToString(inst.VpcId)
@@ -133,6 +142,33 @@ func (p *Provider) Resolve(ctx context.Context, providerID string, a Address) (N
 	return NodeTarget{}, errorf(ReasonAddressNotInNodeSubnets,
 		"address %s is in no subnet of instance %s's network interfaces (%s): EC2 can only assign a private address of the interface's own subnet; put the pool's addresses in the nodes' subnet, select nodes in that subnet with spec.nodeSelector, or use a BYOIP pool (spec.aws.publicIPv4Pool)",
 		a.IP, id, strings.Join(seen, ", "))
+}
+
+// UnmanagedTagKey is the tag (value "true") by which the AWS VPC CNI leaves
+// an ENI alone. Resolve prefers such an ENI: in private mode one in the
+// address's subnet, in public mode any over the configured device index.
+const UnmanagedTagKey = "node.k8s.amazonaws.com/no_manage"
+
+// unmanagedENIs reads the tags of the instance's ENIs (DescribeInstances
+// does not return them).
+func (p *Provider) unmanagedENIs(ctx context.Context, enis []types.InstanceNetworkInterface) (map[string]bool, error) {
+	ids := make([]string, 0, len(enis))
+	for _, e := range enis {
+		ids = append(ids, sdkaws.ToString(e.NetworkInterfaceId))
+	}
+	out, err := p.ec2.DescribeNetworkInterfaces(ctx, &ec2.DescribeNetworkInterfacesInput{NetworkInterfaceIds: ids})
+	if err != nil {
+		return nil, ec2Error("DescribeNetworkInterfaces", "read the tags of "+strings.Join(ids, ", "), err)
+	}
+	m := map[string]bool{}
+	for _, n := range out.NetworkInterfaces {
+		for _, t := range n.TagSet {
+			if sdkaws.ToString(t.Key) == UnmanagedTagKey && sdkaws.ToString(t.Value) == "true" {
+				m[sdkaws.ToString(n.NetworkInterfaceId)] = true
+			}
+		}
+	}
+	return m, nil
 }
 
 func deviceIndex(e types.InstanceNetworkInterface) int32 {

@@ -63,6 +63,7 @@ type eni struct {
 	deviceIndex               int32
 	ips                       []privateIP
 	limit                     int
+	tags                      map[string]string
 }
 
 type eip struct {
@@ -152,6 +153,19 @@ func (d *Double) AddENI(subnetID, primary string) string {
 	}
 	e := &eni{id: d.id("eni"), subnet: subnetID, vpc: s.vpc, ips: []privateIP{{addr: primary, primary: true}}}
 	d.enis[e.id] = e
+	return e.id
+}
+
+// AttachENI adds an ENI in a subnet to an instance at the next device
+// index, with the given tags, and returns its ID.
+func (d *Double) AttachENI(instance, subnetID string, tags map[string]string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := d.subnets[subnetID]
+	e := &eni{id: d.id("eni"), subnet: subnetID, vpc: s.vpc, instance: instance, deviceIndex: int32(len(d.instances[instance])), tags: tags}
+	e.ips = []privateIP{{addr: d.freeIP(s), primary: true}}
+	d.enis[e.id] = e
+	d.instances[instance] = append(d.instances[instance], e.id)
 	return e.id
 }
 
@@ -690,6 +704,9 @@ func (d *Double) DescribeNetworkInterfaces(ctx context.Context, in *ec2.Describe
 func (d *Double) describeENI(e *eni) types.NetworkInterface {
 	n := types.NetworkInterface{NetworkInterfaceId: sdkaws.String(e.id), SubnetId: sdkaws.String(e.subnet), VpcId: sdkaws.String(e.vpc),
 		PrivateIpAddress: sdkaws.String(e.ips[0].addr)}
+	for k, v := range e.tags {
+		n.TagSet = append(n.TagSet, types.Tag{Key: sdkaws.String(k), Value: sdkaws.String(v)})
+	}
 	if e.instance != "" {
 		n.Attachment = &types.NetworkInterfaceAttachment{InstanceId: sdkaws.String(e.instance), DeviceIndex: sdkaws.Int32(e.deviceIndex)}
 	}
