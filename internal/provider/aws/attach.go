@@ -268,24 +268,44 @@ func heldBySecondary(ctx context.Context, p *Provider, t NodeTarget, ip string) 
 	return err == nil && len(hs) == 1 && hs[0].ENI == t.ENI && !hs[0].Primary
 }
 
-// Release removes a from EC2 when its IP object is deleted: in private mode
-// it unassigns the address from every ENI of the VPC that lists it as a
+// Detach takes a off every node and keeps what identifies it: in private
+// mode it unassigns the address from every ENI of the VPC that lists it as a
 // secondary IP; in public mode it disassociates the Elastic IP (when the
-// association is kubext's), gives back the private IP kubext assigned for it,
-// and releases the Elastic IP only when it carries kubext.io/ip=<name>: an
-// Elastic IP a user allocated by hand is never released.
+// association is kubext's: the Elastic IP is tagged for this IP, or the
+// association is the recorded one) and gives back the private IP kubext
+// assigned for it, but keeps the allocation, so the next Attach reuses it.
+func (p *Provider) Detach(ctx context.Context, a Address, vpcID string, prev Attachment) error {
+	_, err := p.detach(ctx, a, vpcID, prev)
+	return err
+}
+
+// Release is Detach for an IP object that is deleted: it also releases the
+// Elastic IP, but only when it carries kubext.io/ip=<name>; an Elastic IP a
+// user allocated by hand is never released.
 func (p *Provider) Release(ctx context.Context, a Address, vpcID string, prev Attachment) error {
+	eip, err := p.detach(ctx, a, vpcID, prev)
+	if err != nil || eip == nil || eip.Owner == "" || eip.Owner != a.Name {
+		return err
+	}
+	if _, err := p.ec2.ReleaseAddress(ctx, &ec2.ReleaseAddressInput{AllocationId: sdkaws.String(eip.AllocationID)}); err != nil {
+		return ec2Error("ReleaseAddress", fmt.Sprintf("release Elastic IP %s (%s)", a.IP, eip.AllocationID), err)
+	}
+	return nil
+}
+
+// detach returns the Elastic IP as it was found (public mode, nil if none).
+func (p *Provider) detach(ctx context.Context, a Address, vpcID string, prev Attachment) (*Observation, error) {
 	if !a.public() {
 		ip := a.IP.String()
 		hs, err := p.holders(ctx, vpcID, ip)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return p.unassignSecondaries(ctx, hs, ip)
+		return nil, p.unassignSecondaries(ctx, hs, ip)
 	}
 	eip, err := p.findEIP(ctx, a.IP)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var cur Observation
 	if eip != nil {
@@ -294,7 +314,7 @@ func (p *Provider) Release(ctx context.Context, a Address, vpcID string, prev At
 	ours := cur.Owner == a.Name
 	if cur.AssociationID != "" && (ours || (cur.ENI == prev.ENI && cur.PrivateIP == prev.PrivateIP)) {
 		if _, err := p.ec2.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: sdkaws.String(cur.AssociationID)}); err != nil {
-			return ec2Error("DisassociateAddress", fmt.Sprintf("disassociate Elastic IP %s (%s)", a.IP, cur.AssociationID), err)
+			return nil, ec2Error("DisassociateAddress", fmt.Sprintf("disassociate Elastic IP %s (%s)", a.IP, cur.AssociationID), err)
 		}
 	}
 	// The private IPs kubext assigned for the Elastic IP: the recorded one,
@@ -311,18 +331,16 @@ func (p *Provider) Release(ctx context.Context, a Address, vpcID string, prev At
 	for _, priv := range privs {
 		hs, err := p.holders(ctx, vpcID, priv)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := p.unassignSecondaries(ctx, hs, priv); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	if eip != nil && ours {
-		if _, err := p.ec2.ReleaseAddress(ctx, &ec2.ReleaseAddressInput{AllocationId: sdkaws.String(cur.AllocationID)}); err != nil {
-			return ec2Error("ReleaseAddress", fmt.Sprintf("release Elastic IP %s (%s)", a.IP, cur.AllocationID), err)
-		}
+	if eip == nil {
+		return nil, nil
 	}
-	return nil
+	return &cur, nil
 }
 
 func (p *Provider) unassignSecondaries(ctx context.Context, hs []Holder, ip string) error {

@@ -407,3 +407,29 @@ func TestPublicMoveReassociatesWhenAssociationDropped(t *testing.T) {
 		t.Fatalf("EIP on %s/%s, want %s/%s", eni, priv, w.eni[1], att.PrivateIP)
 	}
 }
+
+// TestDetachKeepsAllocation: Detach (no holder any more) takes the address
+// off the node but keeps the Elastic IP, which the next Attach reuses.
+func TestDetachKeepsAllocation(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	a := public("192.0.2.14")
+	att, _ := mustAttach(t, w, 0, a, aws.Attachment{})
+	if err := w.p.Detach(ctx, a, "vpc-1", att); err != nil {
+		t.Fatal(err)
+	}
+	alloc, eni, _, ok := w.d.EIP("192.0.2.14")
+	if !ok || alloc != att.AllocationID || eni != "" || len(w.d.Holders(att.PrivateIP)) != 0 || w.d.Calls("ReleaseAddress") != 0 {
+		t.Fatalf("after Detach: EIP %s (exists %v) on %q, private IP on %v", alloc, ok, eni, w.d.Holders(att.PrivateIP))
+	}
+	w.d.ResetCalls()
+	if att2, _ := mustAttach(t, w, 1, a, att); att2.AllocationID != alloc || w.d.Calls("AllocateAddress") != 0 {
+		t.Fatalf("re-attach after Detach allocated again: %+v", att2)
+	}
+
+	p := private("10.0.1.52")
+	patt, _ := mustAttach(t, w, 0, p, aws.Attachment{})
+	if err := w.p.Detach(ctx, p, "vpc-1", patt); err != nil || len(w.d.Holders("10.0.1.52")) != 0 {
+		t.Fatalf("private Detach: %v, holders %v", err, w.d.Holders("10.0.1.52"))
+	}
+}
