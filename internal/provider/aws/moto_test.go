@@ -18,7 +18,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/smithy-go"
 
 	"github.com/kubext/kubext/internal/provider/aws"
 	"github.com/kubext/kubext/internal/provider/aws/ec2double"
@@ -161,12 +160,12 @@ func (c *counting) total() int {
 	return s
 }
 
-func (c *counting) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+func (c *counting) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	c.count("AssignPrivateIpAddresses")
 	return c.Client.AssignPrivateIpAddresses(ctx, in, o...)
 }
 
-func (c *counting) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) {
+func (c *counting) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	c.count("UnassignPrivateIpAddresses")
 	return c.Client.UnassignPrivateIpAddresses(ctx, in, o...)
 }
@@ -189,14 +188,6 @@ func (c *counting) DisassociateAddress(ctx context.Context, in *ec2.Disassociate
 func (c *counting) ReleaseAddress(ctx context.Context, in *ec2.ReleaseAddressInput, o ...func(*ec2.Options)) (*ec2.ReleaseAddressOutput, error) {
 	c.count("ReleaseAddress")
 	return c.Client.ReleaseAddress(ctx, in, o...)
-}
-
-func apiCode(err error) string {
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		return api.ErrorCode()
-	}
-	return ""
 }
 
 // TestMotoPrivateMode: resolve, attach, idempotent re-attach, move and

@@ -118,7 +118,7 @@ type lenient struct {
 	ignoreUnassign bool
 }
 
-func (l *lenient) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+func (l *lenient) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	var before []string
 	for _, ip := range in.PrivateIpAddresses {
 		before = append(before, l.Holders(ip)...)
@@ -132,7 +132,7 @@ func (l *lenient) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPr
 	return out, err
 }
 
-func (l *lenient) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) {
+func (l *lenient) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	if l.ignoreUnassign {
 		return &ec2.UnassignPrivateIpAddressesOutput{}, nil
 	}
@@ -380,12 +380,12 @@ func TestUnmanagedENIPreferred(t *testing.T) {
 // mutating calls.
 type dropsAssociation struct{ *ec2double.Double }
 
-func (d dropsAssociation) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+func (d dropsAssociation) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, o ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	out, err := d.Double.AssignPrivateIpAddresses(ctx, in, o...)
-	eips, _ := d.Double.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{})
+	eips, _ := d.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{})
 	for _, x := range eips.Addresses {
 		if x.AssociationId != nil && slices.Contains(in.PrivateIpAddresses, *x.PrivateIpAddress) {
-			_, _ = d.Double.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: x.AssociationId})
+			_, _ = d.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: x.AssociationId})
 		}
 	}
 	return out, err

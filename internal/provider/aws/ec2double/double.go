@@ -349,7 +349,7 @@ func (d *Double) getENI(id string) (*eni, error) {
 // ones. Looser than EC2: it does not check the caller's ownership of the
 // ENI. Like EC2, it fails the whole request when any address cannot be
 // assigned, and reassignment carries an associated Elastic IP along.
-func (d *Double) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) {
+func (d *Double) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	if err := d.begin(ctx, "AssignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
@@ -425,7 +425,7 @@ func (d *Double) assigned(e *eni, ips []string) *ec2.AssignPrivateIpAddressesOut
 // UnassignPrivateIpAddresses removes secondary addresses; an Elastic IP
 // associated with one is disassociated, as on EC2. Stricter than EC2 might
 // be: any address the ENI does not hold as a secondary fails the request.
-func (d *Double) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) {
+func (d *Double) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
 	if err := d.begin(ctx, "UnassignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
@@ -521,7 +521,7 @@ func (d *Double) AssociateAddress(ctx context.Context, in *ec2.AssociateAddressI
 		return nil, APIError("InvalidParameterValue", "The specified private IP address %s is not assigned to interface %s", priv, e.id)
 	}
 	reassoc := sdkaws.ToBool(in.AllowReassociation)
-	if x.assoc != "" && !(x.eni == e.id && x.priv == priv) && !reassoc {
+	if x.assoc != "" && (x.eni != e.id || x.priv != priv) && !reassoc {
 		return nil, APIError("Resource.AlreadyAssociated", "resource %s is already associated with associate-id %s", x.alloc, x.assoc)
 	}
 	if other := d.eipByPrivate(e.id, priv); other != nil && other != x {
@@ -670,11 +670,11 @@ func (d *Double) DescribeNetworkInterfaces(ctx context.Context, in *ec2.Describe
 			case "network-interface-id":
 				ok = ok && contains(f.Values, e.id)
 			case "addresses.private-ip-address":
-				any := false
+				found := false
 				for _, p := range e.ips {
-					any = any || contains(f.Values, p.addr)
+					found = found || contains(f.Values, p.addr)
 				}
-				ok = ok && any
+				ok = ok && found
 			default:
 				return nil, APIError("InvalidParameterValue", "The filter '%s' is invalid", name)
 			}
