@@ -263,7 +263,8 @@ func (d *Double) EIP(public string) (alloc, eniID, priv string, ok bool) {
 	return "", "", "", false
 }
 
-// begin counts a call, waits Latency and returns an injected error, if any.
+// begin counts a call, waits Latency and returns an injected error, if any;
+// when it returns nil, d.mu is held for the call.
 func (d *Double) begin(ctx context.Context, action string) error {
 	d.mu.Lock()
 	d.calls[action]++
@@ -279,6 +280,9 @@ func (d *Double) begin(ctx context.Context, action string) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if err == nil {
+		d.mu.Lock()
 	}
 	return err
 }
@@ -338,6 +342,13 @@ func (d *Double) limit(e *eni) int {
 	return d.IPLimit
 }
 
+func (d *Double) getEIP(alloc string) (*eip, error) {
+	if x, ok := d.eips[alloc]; ok {
+		return x, nil
+	}
+	return nil, APIError("InvalidAllocationID.NotFound", "The allocation ID '%s' does not exist", alloc)
+}
+
 func (d *Double) getENI(id string) (*eni, error) {
 	if e, ok := d.enis[id]; ok {
 		return e, nil
@@ -353,7 +364,6 @@ func (d *Double) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPri
 	if err := d.begin(ctx, "AssignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, err := d.getENI(sdkaws.ToString(in.NetworkInterfaceId))
 	if err != nil {
@@ -429,7 +439,6 @@ func (d *Double) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.Unassig
 	if err := d.begin(ctx, "UnassignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	e, err := d.getENI(sdkaws.ToString(in.NetworkInterfaceId))
 	if err != nil {
@@ -457,7 +466,6 @@ func (d *Double) AllocateAddress(ctx context.Context, in *ec2.AllocateAddressInp
 	if err := d.begin(ctx, "AllocateAddress"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.eips) >= d.EIPQuota {
 		return nil, APIError("AddressLimitExceeded", "The maximum number of addresses has been reached.")
@@ -503,11 +511,10 @@ func (d *Double) AssociateAddress(ctx context.Context, in *ec2.AssociateAddressI
 	if err := d.begin(ctx, "AssociateAddress"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	x, ok := d.eips[sdkaws.ToString(in.AllocationId)]
-	if !ok {
-		return nil, APIError("InvalidAllocationID.NotFound", "The allocation ID '%s' does not exist", sdkaws.ToString(in.AllocationId))
+	x, err := d.getEIP(sdkaws.ToString(in.AllocationId))
+	if err != nil {
+		return nil, err
 	}
 	e, err := d.getENI(sdkaws.ToString(in.NetworkInterfaceId))
 	if err != nil {
@@ -539,7 +546,6 @@ func (d *Double) DisassociateAddress(ctx context.Context, in *ec2.DisassociateAd
 	if err := d.begin(ctx, "DisassociateAddress"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, x := range d.eips {
 		if x.assoc != "" && x.assoc == sdkaws.ToString(in.AssociationId) {
@@ -555,11 +561,10 @@ func (d *Double) ReleaseAddress(ctx context.Context, in *ec2.ReleaseAddressInput
 	if err := d.begin(ctx, "ReleaseAddress"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
-	x, ok := d.eips[sdkaws.ToString(in.AllocationId)]
-	if !ok {
-		return nil, APIError("InvalidAllocationID.NotFound", "The allocation ID '%s' does not exist", sdkaws.ToString(in.AllocationId))
+	x, err := d.getEIP(sdkaws.ToString(in.AllocationId))
+	if err != nil {
+		return nil, err
 	}
 	if x.assoc != "" {
 		return nil, APIError("InvalidIPAddress.InUse", "Address %s is in use (associated with %s)", x.public, x.assoc)
@@ -575,7 +580,6 @@ func (d *Double) DescribeAddresses(ctx context.Context, in *ec2.DescribeAddresse
 	if err := d.begin(ctx, "DescribeAddresses"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := &ec2.DescribeAddressesOutput{}
 	for _, ip := range in.PublicIps {
@@ -584,8 +588,8 @@ func (d *Double) DescribeAddresses(ctx context.Context, in *ec2.DescribeAddresse
 		}
 	}
 	for _, id := range in.AllocationIds {
-		if d.eips[id] == nil {
-			return nil, APIError("InvalidAllocationID.NotFound", "The allocation ID '%s' does not exist", id)
+		if _, err := d.getEIP(id); err != nil {
+			return nil, err
 		}
 	}
 	ids := make([]string, 0, len(d.eips))
@@ -642,7 +646,6 @@ func (d *Double) DescribeNetworkInterfaces(ctx context.Context, in *ec2.Describe
 	if err := d.begin(ctx, "DescribeNetworkInterfaces"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, id := range in.NetworkInterfaceIds {
 		if _, err := d.getENI(id); err != nil {
@@ -726,7 +729,6 @@ func (d *Double) DescribeInstances(ctx context.Context, in *ec2.DescribeInstance
 	if err := d.begin(ctx, "DescribeInstances"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(in.Filters) > 0 {
 		return nil, APIError("InvalidParameterValue", "the double supports InstanceIds only")
@@ -760,7 +762,6 @@ func (d *Double) DescribeSubnets(ctx context.Context, in *ec2.DescribeSubnetsInp
 	if err := d.begin(ctx, "DescribeSubnets"); err != nil {
 		return nil, err
 	}
-	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := &ec2.DescribeSubnetsOutput{}
 	for _, id := range in.SubnetIds {
