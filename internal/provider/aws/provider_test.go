@@ -433,3 +433,23 @@ func TestDetachKeepsAllocation(t *testing.T) {
 		t.Fatalf("private Detach: %v, holders %v", err, w.d.Holders("10.0.1.52"))
 	}
 }
+
+func TestInstanceIDFromProviderID(t *testing.T) {
+	for in, want := range map[string]string{
+		"aws:///us-east-1a/i-0abc":   "i-0abc",
+		"aws://us-east-1a/i-0abc":    "i-0abc",
+		"aws:///i-0abc":              "i-0abc",
+		"aws:///us-east-1a/":         "",
+		"aws:///us-east-1a/vol-0abc": "",
+		"gce://project/zone/node":    "",
+		"":                           "",
+	} {
+		got, err := aws.InstanceIDFromProviderID(in)
+		if got != want || (err == nil) != (want != "") {
+			t.Errorf("InstanceIDFromProviderID(%q) = %q, %v; want %q", in, got, err, want)
+		}
+		if err != nil && aws.ReasonOf(err) != aws.ReasonInstanceNotFound {
+			t.Errorf("InstanceIDFromProviderID(%q): reason %s", in, aws.ReasonOf(err))
+		}
+	}
+}
