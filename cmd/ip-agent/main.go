@@ -35,6 +35,16 @@ import (
 	"github.com/kubext/kubext/internal/netconf"
 )
 
+// expiryMargin covers the kernel's lag in removing an expired address (its
+// lifetime check runs on a timer with up to a quarter second of slack) and
+// scheduling, so that a frozen agent's node is silent before the
+// controller may confirm the agent lost.
+const expiryMargin = 500 * time.Millisecond
+
+// minLeaseDuration is the shortest lease that leaves a whole second of
+// address lifetime after expiryMargin.
+const minLeaseDuration = 2 * time.Second
+
 func main() {
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "ip-agent:", err)
@@ -70,6 +80,9 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
 	if node == "" {
 		return errors.New("--node-name or $NODE_NAME is required")
+	}
+	if leaseDuration < minLeaseDuration {
+		return fmt.Errorf("--lease-duration %s is shorter than %s: the kernel keeps an expired address up to a quarter second, and lifetimes are whole seconds, so a shorter lease leaves no lifetime that ends before the controller may move the address", leaseDuration, minLeaseDuration)
 	}
 	// Required: without the cluster's CIDRs the holder's DNS and Service
 	// traffic would leave by the uplink, from the static IP.
@@ -114,11 +127,24 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The kernel drops the addresses and their NAT entries one lease
-	// duration after the last renewal unless refreshed: the backstop for an
-	// agent killed or frozen before it could fence.
-	lifetime := (leaseDuration + time.Second - 1) / time.Second * time.Second
-	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, AddressLifetime: lifetime, Log: ctrl.Log.WithName("netconf")})
+	// The kernel drops the addresses and their NAT entries by itself unless
+	// refreshed: the backstop for an agent killed or frozen before it could
+	// fence. No lifetime written ends later than the last renewal's start
+	// plus the lease duration, less expiryMargin: the controller confirms
+	// the agent lost no earlier than one lease duration after it saw that
+	// renewal, and by then the kernel has let go.
+	var hb *heartbeat.Heartbeat
+	dp, err := netconf.New(netconf.Options{
+		ExcludeSNAT:     exclude,
+		AddressLifetime: leaseDuration - time.Second,
+		HoldDeadline: func() time.Time {
+			if hb == nil || hb.LastRenewal().IsZero() {
+				return time.Time{}
+			}
+			return hb.LastRenewal().Add(leaseDuration - expiryMargin)
+		},
+		Log: ctrl.Log.WithName("netconf"),
+	})
 	if err != nil {
 		return err
 	}
@@ -137,7 +163,7 @@ func run(ctx context.Context, args []string) error {
 		Interface: iface,
 		Resync:    resync,
 	}
-	hb, err := heartbeat.New(heartbeat.Config{
+	hb, err = heartbeat.New(heartbeat.Config{
 		Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
 		Namespace:     namespace,
 		Component:     ipcontroller.AgentComponent,
@@ -148,7 +174,12 @@ func run(ctx context.Context, args []string) error {
 		OnRegained:    agent.Regained,
 		OnRenewed: func() {
 			// Fenced: the Lease was lost, or is not regained yet.
-			if err := dp.Refresh(); err != nil && !errors.Is(err, netconf.ErrFenced) {
+			switch err := dp.Refresh(); {
+			case errors.Is(err, netconf.ErrLapsed):
+				// Something expired while renewals stalled, or waited
+				// for this renewal: put it back now.
+				agent.Poke()
+			case err != nil && !errors.Is(err, netconf.ErrFenced):
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},

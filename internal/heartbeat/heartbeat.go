@@ -121,6 +121,19 @@ func (h *Heartbeat) Held() bool {
 	return h.held && h.cfg.now().Sub(h.lastStart) < h.cfg.FenceAfter
 }
 
+// LastRenewal is when the last successful renewal started, while the hold
+// lasts; zero otherwise. The controller cannot have seen that renewal
+// before this time, so it cannot take the node for lost before this time
+// plus the lease duration.
+func (h *Heartbeat) LastRenewal() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.held {
+		return time.Time{}
+	}
+	return h.lastStart
+}
+
 // NeedLeaderElection is false: every agent renews its own Lease.
 func (h *Heartbeat) NeedLeaderElection() bool { return false }
 

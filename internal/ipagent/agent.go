@@ -31,6 +31,7 @@ package ipagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -112,7 +113,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	defer done()
 	desired, claimErr := r.claim(ctx, ips, held)
 	report, err := r.Dataplane.Apply(applyCtx, values(desired))
-	if err != nil {
+	if err != nil && !errors.Is(err, netconf.ErrHoldEnding) {
 		log.Error(err, "Programming the node failed")
 	}
 	r.reportFailures(ips, desired, report)
@@ -159,7 +160,9 @@ func (r *Reconciler) reportFailures(ips []*ipv1.IP, desired map[string]netconf.A
 		if !ok {
 			continue
 		}
-		if aerr := report.Errors[a.Address]; aerr != nil {
+		// A write waiting for the next renewal is no failure: the
+		// renewal brings it back (netconf.ErrLapsed).
+		if aerr := report.Errors[a.Address]; aerr != nil && !errors.Is(aerr, netconf.ErrHoldEnding) {
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, "AttachFailed", "Attach",
 				"Node %s could not attach %s: %v", r.Node, a.Address, aerr)
 		}
@@ -188,6 +191,11 @@ func (r *Reconciler) Regained() {
 	r.Dataplane.Unfence()
 	r.poke()
 }
+
+// Poke asks for a reconcile of the node: the dataplane found something
+// missing that should be there (it expired while renewals stalled, or a
+// write waited for the next renewal).
+func (r *Reconciler) Poke() { r.poke() }
 
 // poke asks for a reconcile (after a conflict, or when the Lease changes).
 func (r *Reconciler) poke() {

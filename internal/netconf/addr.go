@@ -162,8 +162,12 @@ func (k *kernel) writeAddress(ip netip.Addr, link linkInfo, replace bool) error 
 	addAddrHeader(req, ip, link.Index)
 	flags := uint32(unix.IFA_F_NOPREFIXROUTE)
 	valid := uint32(math.MaxUint32) // forever
-	if k.opts.AddressLifetime > 0 {
-		valid = uint32(k.opts.AddressLifetime / time.Second)
+	lifetime, err := k.lifetime()
+	if err != nil {
+		return err
+	}
+	if lifetime > 0 {
+		valid = uint32(lifetime / time.Second)
 	}
 	if ip.Is6() {
 		flags |= unix.IFA_F_NODAD
@@ -181,7 +185,7 @@ func (k *kernel) writeAddress(ip netip.Addr, link linkInfo, replace bool) error 
 	}
 	req.AddData(nl.NewRtAttr(unix.IFA_FLAGS, nl.Uint32Attr(flags)))
 	req.AddData(nl.NewRtAttr(ifaProto, []byte{AddressProtocol}))
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	_, err = req.Execute(unix.NETLINK_ROUTE, 0)
 	return err
 }
 

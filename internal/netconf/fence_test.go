@@ -2,6 +2,7 @@ package netconf
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -82,7 +83,9 @@ func TestRefreshKeepsEntriesAndAddsNothing(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for ctx.Err() == nil {
-			if err := d.Refresh(); err != nil {
+			// ErrLapsed may be said while an Apply removes or adds: it
+			// only asks for one more Apply.
+			if err := d.Refresh(); err != nil && !errors.Is(err, ErrLapsed) {
 				t.Errorf("Refresh: %v", err)
 				return
 			}
@@ -196,4 +199,55 @@ func traces(t *testing.T, topo *topology) []string {
 		}
 	}
 	return out
+}
+
+// No lifetime written outlives the agent's hold (Options.HoldDeadline):
+// whatever moment a freeze comes, the kernel lets go before the controller
+// may confirm the agent lost. A write the hold leaves less than a second
+// for waits for the next renewal, and Refresh says something is missing.
+func TestLifetimesNeverOutliveTheHold(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	var mu sync.Mutex
+	deadline := time.Now().Add(1700 * time.Millisecond)
+	hold := func(t time.Time) {
+		mu.Lock()
+		deadline = t
+		mu.Unlock()
+	}
+	d := newDataplane(t, topo, func(o *Options) {
+		o.AddressLifetime = 5 * time.Second
+		o.HoldDeadline = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return deadline
+		}
+	})
+	want := Assignment{Address: staticV4, PodIP: podV4, Interface: "eth0"}
+	apply(t, d, want)
+	validLft := func() uint32 {
+		addrs, err := topo.node.nl.AddrList(nil, netlink.FAMILY_V4)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		for _, a := range addrs {
+			if a.IP.Equal(staticV4.AsSlice()) {
+				return uint32(a.ValidLft)
+			}
+		}
+		return 0
+	}
+	g.Expect(validLft()).To(gomega.BeNumerically("<=", 1), "1.7 s of hold left: a 1 s lifetime, not the 5 s option")
+
+	// The hold ends in half a second: nothing is written, nothing waits in
+	// the kernel for longer than the hold, and Refresh says so.
+	hold(time.Now().Add(500 * time.Millisecond))
+	g.Eventually(d.Refresh, 3*time.Second, 100*time.Millisecond).Should(gomega.MatchError(ErrLapsed), "once the address has expired")
+	_, err := d.Apply(context.Background(), []Assignment{want, {Address: staticV4b, PodIP: podV4b, Interface: "eth0"}})
+	g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring("hold ends in less than a second")))
+	g.Eventually(d.Current, 3*time.Second, 100*time.Millisecond).Should(gomega.BeEmpty())
+
+	// The next renewal: everything is written again.
+	hold(time.Now().Add(3 * time.Second))
+	g.Expect(d.Refresh()).To(gomega.MatchError(ErrLapsed))
+	apply(t, d, want)
+	g.Expect(d.Refresh()).To(gomega.Succeed())
 }

@@ -102,6 +102,16 @@ type Options struct {
 	// the address for ever. Zero keeps them until they are removed.
 	AddressLifetime time.Duration
 
+	// HoldDeadline, when set with AddressLifetime, bounds every lifetime
+	// written: no address and no NAT element is given a lifetime that ends
+	// after the time it returns (the end of the agent's heartbeat hold, less
+	// the kernel's lag in removing expired addresses). Lifetimes are whole
+	// seconds, so a write that would get less than one second is not made
+	// (ErrHoldEnding) and waits for the next renewal. With it, a frozen
+	// agent's node is silent by the time the controller can confirm the
+	// agent lost, however late the freeze came.
+	HoldDeadline func() time.Time
+
 	// Log receives what the Dataplane changes. Default: discard.
 	Log logr.Logger
 }
@@ -197,6 +207,9 @@ type Dataplane struct {
 	// old one back.
 	refreshMu sync.Mutex
 	flushMu   sync.Mutex
+	// wanted is how many addresses the last Apply meant to have on the
+	// node; Refresh reports ErrLapsed when it finds fewer.
+	wanted atomic.Int32
 	closed    atomic.Bool
 
 	mu sync.Mutex
@@ -323,6 +336,30 @@ func (d *Dataplane) isClosed() bool { return d.closed.Load() }
 
 var errClosed = errors.New("netconf: dataplane is closed")
 
+// ErrHoldEnding is returned for a write that Options.HoldDeadline leaves
+// less than a second of lifetime: it waits for the next renewal.
+var ErrHoldEnding = errors.New("netconf: the heartbeat hold ends in less than a second; writing after the next renewal")
+
+// ErrLapsed is returned by Refresh when something kubext should have on the
+// node is missing (it expired while renewals stalled, or a write waited
+// for the hold): the caller should Apply again. While an Apply runs at the
+// same time it may be said needlessly, which costs one more Apply.
+var ErrLapsed = errors.New("netconf: some static IPs lapsed or are waiting to be written; apply again")
+
+// lifetime is the lifetime to give an address or NAT element written now:
+// Options.AddressLifetime, bounded by Options.HoldDeadline.
+func (k *kernel) lifetime() (time.Duration, error) {
+	l := k.opts.AddressLifetime
+	if l == 0 || k.opts.HoldDeadline == nil {
+		return l, nil
+	}
+	left := time.Until(k.opts.HoldDeadline()).Truncate(time.Second)
+	if left < time.Second {
+		return 0, ErrHoldEnding
+	}
+	return min(l, left), nil
+}
+
 // Refresh restarts the lifetime of every address kubext has on the node,
 // and the timeout of every element of its NAT maps (see
 // Options.AddressLifetime). It changes nothing else, never waits for an
@@ -341,24 +378,38 @@ func (d *Dataplane) Refresh() error {
 	if err := adm.valid(); err != nil {
 		return err
 	}
-	return d.refresher.refresh(adm)
+	owned, err := d.refresher.refresh(adm)
+	if err != nil {
+		return err
+	}
+	if owned < int(d.wanted.Load()) {
+		return ErrLapsed
+	}
+	return nil
 }
 
 // refresh rewrites what it finds, as it finds it; each rewrite is an add.
-func (k *kernel) refresh(adm pass) error {
+// It returns how many of kubext's addresses it found.
+func (k *kernel) refresh(adm pass) (int, error) {
 	links, err := k.links()
 	if err != nil {
-		return fmt.Errorf("netconf: %w", err)
+		return 0, fmt.Errorf("netconf: %w", err)
 	}
 	addrs, err := k.listAddresses(links)
 	if err != nil {
-		return fmt.Errorf("netconf: %w", err)
+		return 0, fmt.Errorf("netconf: %w", err)
 	}
+	_, holdErr := k.lifetime()
 	var errs []error
+	owned := 0
 	for _, a := range addrs {
 		link, ok := links.byIndex[a.LinkIndex]
 		if !a.owned || !ok {
 			continue
+		}
+		owned++
+		if holdErr != nil {
+			continue // each keeps its earlier, shorter lifetime
 		}
 		if err := adm.add(func() error { return k.writeAddress(a.IP, link, true) }); err != nil {
 			errs = append(errs, fmt.Errorf("refresh %s on %s: %w", a.IP, link.Name, err))
@@ -366,9 +417,9 @@ func (k *kernel) refresh(adm pass) error {
 	}
 	errs = append(errs, k.refreshNAT(adm))
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("netconf: %w", err)
+		return owned, fmt.Errorf("netconf: %w", err)
 	}
-	return nil
+	return owned, nil
 }
 
 // Apply converges the kernel to desired: it adds what is missing, removes
@@ -400,6 +451,7 @@ func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, er
 		return Report{}, fmt.Errorf("netconf: %w", err)
 	}
 	targets, failed := resolve(desired, links, mainRoutes, cur.foreign)
+	defer d.wanted.Store(int32(len(targets)))
 	p := makePlan(targets, failed, cur, d.opts, !d.applied, d.unannounced)
 	if err := ctx.Err(); err != nil {
 		return Report{}, fmt.Errorf("netconf: %w", err)

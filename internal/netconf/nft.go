@@ -341,7 +341,11 @@ func (k *kernel) writeNAT(adm pass, want natState) error {
 	}
 	b := k.batch()
 	changed := false
-	haveElems, wantElems := have.elements(0), want.elements(k.opts.AddressLifetime)
+	lifetime, err := k.lifetime()
+	if err != nil {
+		return err
+	}
+	haveElems, wantElems := have.elements(0), want.elements(lifetime)
 	for _, m := range rs.maps() {
 		del, add := diffElements(haveElems[m.Name], wantElems[m.Name])
 		if len(del) > 0 {
@@ -399,7 +403,11 @@ func (k *kernel) rewriteTable(rs *ruleset, want natState) error {
 	for _, c := range rs.chains {
 		b.AddChain(c)
 	}
-	elems := want.elements(k.opts.AddressLifetime)
+	lifetime, err := k.lifetime()
+	if err != nil {
+		return err
+	}
+	elems := want.elements(lifetime)
 	for _, m := range rs.maps() {
 		if err := b.AddSet(m, elems[m.Name]); err != nil {
 			return fmt.Errorf("nftables map %s: %w", m.Name, err)
@@ -434,6 +442,10 @@ func (k *kernel) refreshNAT(adm pass) error {
 }
 
 func (k *kernel) refreshNATOnce(adm pass) error {
+	lifetime, err := k.lifetime()
+	if errors.Is(err, ErrHoldEnding) {
+		return nil // what is there keeps its earlier, shorter timeout
+	}
 	rs := k.ruleset()
 	if exists, err := k.tableExists(); err != nil || !exists {
 		return err
@@ -457,7 +469,7 @@ func (k *kernel) refreshNATOnce(adm pass) error {
 		}
 		fresh := make([]nftables.SetElement, 0, len(elems))
 		for _, e := range elems {
-			fresh = append(fresh, nftables.SetElement{Key: e.Key, Val: e.Val, Timeout: k.opts.AddressLifetime})
+			fresh = append(fresh, nftables.SetElement{Key: e.Key, Val: e.Val, Timeout: lifetime})
 		}
 		if err := errors.Join(b.SetDeleteElements(m, fresh), b.SetAddElements(m, fresh)); err != nil {
 			return fmt.Errorf("nftables map %s: %w", m.Name, err)
