@@ -216,6 +216,9 @@ func (d *Dataplane) announce(adm pass, p *plan) {
 // schedule already running for the address.
 func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 	d.stopAnnouncing(t.Address)
+	if d.holdOver() {
+		return ErrHoldEnding
+	}
 	s, err := openSender(d.ns, t.Address, t.link)
 	if err != nil {
 		return err
@@ -250,6 +253,12 @@ func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 				return
 			case <-timer.C:
 			}
+			if d.holdOver() {
+				// The agent was frozen past its hold (SIGSTOP, starved):
+				// the address may be another node's by now.
+				d.log.Info("announcements stopped: the heartbeat hold is over", "address", t.Address)
+				return
+			}
 			err := adm.add(s.send)
 			switch {
 			case errors.Is(err, ErrFenced) || errors.Is(err, errFlushed):
@@ -260,6 +269,13 @@ func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 		}
 	}()
 	return nil
+}
+
+// holdOver reports whether Options.HoldDeadline has passed: from then on the
+// controller may give the address to another node, and announcing it
+// would point the neighbours' caches at the wrong node.
+func (d *Dataplane) holdOver() bool {
+	return d.opts.HoldDeadline != nil && !time.Now().Before(d.opts.HoldDeadline())
 }
 
 // stopAnnouncing cancels the schedule of addr, if one runs.

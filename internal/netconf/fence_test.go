@@ -160,6 +160,35 @@ func TestFenceStopsAnnouncing(t *testing.T) {
 	}, time.Second, 50*time.Millisecond).Should(gomega.Equal("02:00:00:00:00:99"))
 }
 
+// An agent frozen past its hold and then resumed sends no announcement it
+// had scheduled before the freeze: the address may be another node's now.
+func TestNoAnnouncementAfterTheHold(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	var mu sync.Mutex
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	d := newDataplane(t, topo, func(o *Options) {
+		o.AddressLifetime = 5 * time.Second
+		o.Announcements = []time.Duration{0, 700 * time.Millisecond}
+		o.HoldDeadline = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			return deadline
+		}
+	})
+	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
+	// The "freeze": the hold ends before the repeat is due.
+	mu.Lock()
+	deadline = time.Now()
+	mu.Unlock()
+	staleNeighbour(t, topo.client, staticV4)
+	sysctl(t, topo.client, "net.ipv4.conf.eth0.arp_accept", "1")
+	g.Consistently(func() (string, error) {
+		hw, err := neighbour(topo.client, staticV4)
+		return hw.String(), err
+	}, time.Second, 50*time.Millisecond).Should(gomega.Equal("02:00:00:00:00:99"))
+}
+
 // traces lists what kubext has in the node namespace: its addresses, NAT
 // table, rules and routes.
 func traces(t *testing.T, topo *topology) []string {
