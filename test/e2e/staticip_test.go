@@ -78,6 +78,22 @@ const (
 	e2ePool = "203.0.113.96/28"
 )
 
+// defaultClaimants lets the pods of the default namespace claim a pool's
+// IPs; without claimants no pod may claim them.
+func defaultClaimants() *ipv1.PoolClaimants {
+	return &ipv1.PoolClaimants{Namespaces: []string{"default"}}
+}
+
+// ensureE2EPool creates the pool the e2e tests share (another test may
+// have made it).
+func (s *staticIPStack) ensureE2EPool(g Gomega) {
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}, Claimants: defaultClaimants()}}
+	if err := s.c.Create(context.Background(), pool); err != nil {
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
+	}
+}
+
 func (s *staticIPStack) ip(g Gomega, name string) *ipv1.IP {
 	ip := &ipv1.IP{}
 	g.Expect(s.c.Get(context.Background(), client.ObjectKey{Name: name}, ip)).To(Succeed())
@@ -112,11 +128,9 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	addr := netip.MustParseAddr("203.0.113.100")
+	staticip.WatchSplits(t, theLab.Net, addr)
 
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}, Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}
-	if err := s.c.Create(ctx, pool); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
-	}
+	s.ensureE2EPool(g)
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "partner"}, Spec: ipv1.IPSpec{Address: addr.String()}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
 	dep := staticip.Deployment("partner-app", "partner", 2)
@@ -175,7 +189,9 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	addr := netip.MustParseAddr("203.0.113.101")
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-restarts"}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.101/32"}}}
+	staticip.WatchSplits(t, theLab.Net, addr)
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-restarts"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.101/32"}, Claimants: defaultClaimants()}}
 	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "restarts"}, Spec: ipv1.IPSpec{Pool: "e2e-restarts"}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
@@ -233,11 +249,7 @@ func TestStaticIPConcurrentCreationsOfOneAddress(t *testing.T) {
 	s := staticIP(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	// The pool that contains the address (another test may have made it).
-	if err := s.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
-	}
+	s.ensureE2EPool(g)
 	const n = 50
 	var wg sync.WaitGroup
 	start := make(chan struct{})

@@ -40,11 +40,17 @@ func NewClient(l *lab.Lab) (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
-// Deployment runs replicas pods that claim the IP, each on its own node.
+// Deployment runs replicas pods in the default namespace that claim the IP,
+// each on its own node.
 func Deployment(name, ip string, replicas int32) *appsv1.Deployment {
+	return DeploymentIn("default", name, ip, replicas)
+}
+
+// DeploymentIn is Deployment in another namespace.
+func DeploymentIn(namespace, name, ip string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
