@@ -90,7 +90,7 @@ func (s *staticIPStack) ensureE2EPool(g Gomega) {
 	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
 		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}, Claimants: defaultClaimants()}}
 	if err := s.c.Create(context.Background(), pool); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), "%v", err)
 	}
 }
 
