@@ -754,6 +754,7 @@ func pidOf(p *lab.Process) (int, error) {
 func (s *staticIPStack) replaceManager(t *testing.T, args []string) {
 	ctx := context.Background()
 	s.manager.Kill()
+	forgetLeader(t)
 	m, err := theLab.StartManager(ctx, "manager-"+strings.ReplaceAll(t.Name(), "/", "-"), args...)
 	if err != nil {
 		t.Fatal(err)
@@ -761,20 +762,40 @@ func (s *staticIPStack) replaceManager(t *testing.T, args []string) {
 	s.manager = m
 	t.Cleanup(func() {
 		m.Kill()
+		forgetLeader(t)
 		var err error
 		if s.manager, err = theLab.StartManager(ctx, "manager", managerArgs...); err != nil {
 			t.Fatal(err)
 		}
+		s.waitLeader(t, s.manager)
 	})
-	// The killed manager's leadership runs out first.
 	s.waitLeader(t, m)
 }
 
-// waitLeader waits until the manager's log says it leads.
+// forgetLeader deletes the leader election Lease of a manager that was
+// killed, so that the next one leads at once instead of after the lease.
+func forgetLeader(t *testing.T) {
+	cs, err := theLab.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cs.CoordinationV1().Leases(lab.SystemNamespace).Delete(context.Background(), "manager.kubext.io", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// waitLeader waits until the manager leads: after forgetLeader, it is the
+// only manager running, so a Lease with a holder is its.
 func (s *staticIPStack) waitLeader(t *testing.T, m *lab.Manager) {
+	cs, err := theLab.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(m.Log); err == nil && bytes.Contains(b, []byte("successfully acquired lease")) {
+		l, err := cs.CoordinationV1().Leases(lab.SystemNamespace).Get(context.Background(), "manager.kubext.io", metav1.GetOptions{})
+		if err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != "" {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
