@@ -653,9 +653,31 @@ func (s *staticIPStack) podWithIP(t *testing.T, g Gomega, node, addr string) str
 		patch := fmt.Sprintf(`{"status":{"podIP":%q,"podIPs":[{"ip":%q}]}}`, addr, addr)
 		g.Expect(s.c.Status().Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
 	}
-	g.Eventually(func() string { return s.pods.PodNamespace("default/reuser") }, 20*time.Second, 50*time.Millisecond).
-		ShouldNot(BeEmpty(), "the lab plumbed the new pod")
+	want := netip.MustParseAddr(addr)
+	g.Eventually(func() bool {
+		ns := s.pods.PodNamespace("default/reuser")
+		return ns != "" && namespaceHas(ns, want)
+	}, 20*time.Second, 50*time.Millisecond).Should(BeTrue(), "the lab plumbed the new pod with %s", addr)
 	return pod.Name
+}
+
+// namespaceHas reports whether the network namespace has the address.
+func namespaceHas(namespace string, addr netip.Addr) bool {
+	ns, err := netns.GetFromName(namespace)
+	if err != nil {
+		return false
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.AsSlice()) })
 }
 
 // nftHolds reports whether table inet kubext on the node maps the address
