@@ -96,7 +96,8 @@ func (f fixture) pod(i int) string  { return fmt.Sprintf("%s/%s-%d", f.ns, f.nam
 
 func (f fixture) create(ctx context.Context, g Gomega) *ipv1.IP {
 	g.Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}})).To(Succeed())
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: f.name + "-pool"}, Spec: ipv1.IPPoolSpec{Addresses: []string{f.address + "/32"}}}
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: f.name + "-pool"}, Spec: ipv1.IPPoolSpec{Addresses: []string{f.address + "/32"},
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default", "shop"}}}}
 	g.Expect(k8s.Create(ctx, pool)).To(Succeed())
 	pool.Status = ipv1.IPPoolStatus{Size: 1, Allocated: 1, Conditions: []metav1.Condition{condition(ipv1.ConditionReady, ipv1.ReasonReady, "ok")}}
 	g.Expect(k8s.Status().Update(ctx, pool)).To(Succeed())

@@ -70,7 +70,7 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	return (&ipcontroller.Reconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("ip-controller"),
-		Health:          heartbeat.NewTracker(ipcontroller.AgentComponent),
+		Health:          heartbeat.NewTracker(ipcontroller.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
 		DeleteStalePods: o.ipDeleteStalePods,
 	}).SetupWithManager(ctx, mgr)
 }

@@ -2,10 +2,12 @@ package heartbeat
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,8 +21,17 @@ import (
 // controller does), so clock skew between machines does not matter. After
 // a restart every known node counts as freshly renewed: failover is delayed
 // by one lease duration at most, never hastened.
+//
+// Healthy is what the informer has shown, and the informer can be stale: a
+// paused or starved controller, a slow watch. So "unhealthy" only makes a
+// node ineligible for new work; before anything is taken away from a node,
+// Lost confirms it with a read from the API server itself.
 type Tracker struct {
 	component string
+	// namespace and reader are where Lost reads the Leases from: the API
+	// server, not the cache.
+	namespace string
+	reader    client.Reader
 	now       func() time.Time
 	changes   chan event.GenericEvent
 
@@ -34,12 +45,19 @@ type observation struct {
 	seenAt   time.Time // when the Tracker saw it change
 	duration time.Duration
 	healthy  bool // as last reported through Changes
+	// missingSince is when a read from the API server first found the
+	// Lease missing (zero while it exists).
+	missingSince time.Time
 }
 
-// NewTracker tracks the Leases of one component's agents.
-func NewTracker(component string) *Tracker {
+// NewTracker tracks the Leases of one component's agents in a namespace;
+// reader reads them from the API server (a manager's GetAPIReader) when a
+// loss must be confirmed.
+func NewTracker(component, namespace string, reader client.Reader) *Tracker {
 	return &Tracker{
 		component: component,
+		namespace: namespace,
+		reader:    reader,
 		now:       time.Now,
 		changes:   make(chan event.GenericEvent, 1024),
 		nodes:     map[string]*observation{},
@@ -91,6 +109,7 @@ func (t *Tracker) Observe(l *coordinationv1.Lease) {
 		o.renew, o.seenAt = l.Spec.RenewTime.Time, t.now()
 	}
 	o.duration = duration
+	o.missingSince = time.Time{}
 	turnedHealthy := renewed && !o.healthy
 	if turnedHealthy {
 		o.healthy = true
@@ -101,18 +120,77 @@ func (t *Tracker) Observe(l *coordinationv1.Lease) {
 	}
 }
 
-// Forget drops a node whose Lease was deleted: it counts as unhealthy.
+// Forget is told that a node's Lease was deleted. That says nothing about
+// the agent: anyone allowed to delete Leases can do it, and a live agent
+// recreates its Lease at its next renewal. The node keeps its last
+// observation and expires from it as usual; Lost decides from the API
+// server whether the agent is really gone.
 func (t *Tracker) Forget(l *coordinationv1.Lease) {
 	if l.Spec.HolderIdentity == nil {
 		return
 	}
-	t.mu.Lock()
-	_, ok := t.nodes[*l.Spec.HolderIdentity]
-	delete(t.nodes, *l.Spec.HolderIdentity)
-	t.mu.Unlock()
-	if ok {
-		t.notify(l)
+	t.notify(l)
+}
+
+// Lost reports whether the node's agent has certainly stopped renewing for
+// a whole lease duration, which is when it has fenced itself (see
+// Heartbeat). It never trusts the informer alone: it reads the Lease from
+// the API server and
+//   - a renewal the informer had not shown yet revives the node (a paused
+//     controller or a slow watch);
+//   - the same renewTime as observed means no renewal since the Tracker
+//     first saw it, at seenAt on the Tracker's own clock: lost once a
+//     lease duration has passed since;
+//   - a missing Lease is unknown, not dead: a live agent recreates it at
+//     its next renewal, and as long as it is missing the agent renews
+//     nothing. The node is lost once reads from the API server have found it
+//     missing for a whole lease duration (measured from the first such
+//     read), and no renewal was observed since.
+//
+// An error (the API server unreachable) is "not confirmed": the caller
+// waits and asks again.
+func (t *Tracker) Lost(ctx context.Context, node string) (bool, error) {
+	if t.Healthy(node) {
+		return false, nil
 	}
+	l := &coordinationv1.Lease{}
+	err := t.reader.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: LeaseName(t.component, node)}, l)
+	switch {
+	case apierrors.IsNotFound(err):
+		return t.missing(node), nil
+	case err != nil:
+		return false, fmt.Errorf("reading the heartbeat Lease of node %s: %w", node, err)
+	}
+	t.Observe(l)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o, ok := t.nodes[node]
+	if !ok {
+		// A Lease that is not an agent heartbeat, or has never been
+		// renewed: nothing to confirm a loss from.
+		return false, nil
+	}
+	return t.now().Sub(o.seenAt) >= o.duration, nil
+}
+
+// missing records that a read found the node's Lease missing, and reports
+// whether it has been missing for a whole lease duration.
+func (t *Tracker) missing(node string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	o, ok := t.nodes[node]
+	if !ok {
+		// Never seen since this controller started (its Lease was deleted
+		// before): measure from now.
+		o = &observation{seenAt: now, duration: time.Second}
+		t.nodes[node] = o
+	}
+	if o.missingSince.IsZero() {
+		o.missingSince = now
+		return false
+	}
+	return now.Sub(o.missingSince) >= o.duration && now.Sub(o.seenAt) >= o.duration
 }
 
 // notify never blocks: on a replica that is not the leader nobody drains

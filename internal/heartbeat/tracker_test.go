@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,6 +14,9 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
@@ -32,8 +36,13 @@ func agentLease(node string, renew time.Time, seconds int32) *coordinationv1.Lea
 }
 
 func newTestTracker() (*Tracker, *fakeClock) {
+	return newReadingTracker(fake.NewClientBuilder().Build())
+}
+
+// newReadingTracker is a Tracker whose confirmation reads go to reader.
+func newReadingTracker(reader client.Reader) (*Tracker, *fakeClock) {
 	clock := newFakeClock()
-	tr := NewTracker(testComponent)
+	tr := NewTracker(testComponent, testNS, reader)
 	tr.now = clock.Now
 	return tr, clock
 }
@@ -163,8 +172,10 @@ func TestTrackerReportsLostNodes(t *testing.T) {
 	g.Eventually(func() []string { return changes(tr) }, time.Second, 20*time.Millisecond).Should(Equal([]string{"n2"}))
 }
 
-// A deleted Lease makes its node unhealthy at once.
-func TestTrackerForget(t *testing.T) {
+// A deleted Lease says nothing about its agent (anyone allowed to delete
+// Leases can do it; a live agent recreates it): the node keeps its last
+// observation, and a change is reported so that the controller looks.
+func TestTrackerForgetKeepsTheObservation(t *testing.T) {
 	g := NewWithT(t)
 	tr, clock := newTestTracker()
 	l := agentLease("n1", clock.Now(), 10)
@@ -172,13 +183,78 @@ func TestTrackerForget(t *testing.T) {
 	g.Expect(changes(tr)).To(HaveLen(1))
 
 	tr.Forget(l)
-	g.Expect(tr.Healthy("n1")).To(BeFalse())
-	g.Expect(tr.LastRenewal("n1")).To(BeZero())
+	g.Expect(tr.Healthy("n1")).To(BeTrue(), "a deleted Lease is unknown, not dead")
+	g.Expect(tr.LastRenewal("n1")).To(Equal(clock.Now()))
 	g.Expect(changes(tr)).To(Equal([]string{"n1"}))
+}
 
-	tr.Forget(l)
-	tr.Forget(agentLease("never-seen", clock.Now(), 10))
-	g.Expect(changes(tr)).To(BeEmpty(), "forgetting an unknown node is no change")
+// Lost never trusts the informer alone. Each case is a stale view that used
+// to make a live node count as lost.
+func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a renewal the informer has not shown yet revives the node", func(t *testing.T) {
+		g := NewWithT(t)
+		api := fake.NewClientBuilder().Build()
+		tr, clock := newReadingTracker(api)
+		tr.Observe(agentLease("n1", clock.Now(), 2))
+		// The controller is paused (or its watch is slow) for 3 s; the
+		// agent kept renewing, the informer shows none of it.
+		clock.Add(3 * time.Second)
+		g.Expect(tr.Healthy("n1")).To(BeFalse(), "the informer's view is stale")
+		g.Expect(api.Create(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse())
+		g.Expect(tr.Healthy("n1")).To(BeTrue(), "the read counts as an observation")
+	})
+
+	t.Run("no renewal for a lease duration since it was first seen is lost", func(t *testing.T) {
+		g := NewWithT(t)
+		api := fake.NewClientBuilder().Build()
+		tr, clock := newReadingTracker(api)
+		l := agentLease("n1", clock.Now(), 2)
+		g.Expect(api.Create(ctx, l.DeepCopy())).To(Succeed())
+		tr.Observe(l)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "healthy")
+		clock.Add(2*time.Second - time.Nanosecond)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "not a full lease duration yet")
+		clock.Add(time.Nanosecond)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeTrue())
+	})
+
+	t.Run("a deleted Lease is unknown until reads find it missing for a lease duration", func(t *testing.T) {
+		g := NewWithT(t)
+		api := fake.NewClientBuilder().Build()
+		tr, clock := newReadingTracker(api)
+		tr.Observe(agentLease("n1", clock.Now(), 2))
+		clock.Add(5 * time.Second) // informer silent for long: stale or dead
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "first read finds it missing: unknown")
+		clock.Add(time.Second)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "missing for less than a lease duration")
+		// The agent recreates it: alive.
+		g.Expect(api.Create(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse())
+		g.Expect(tr.Healthy("n1")).To(BeTrue())
+		// Deleted again, and the agent really is gone this time.
+		g.Expect(api.Delete(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
+		clock.Add(2 * time.Second)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "first missing read restarts the count")
+		clock.Add(2 * time.Second)
+		g.Expect(tr.Lost(ctx, "n1")).To(BeTrue())
+	})
+
+	t.Run("an unreachable API server confirms nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		api := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
+			Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+				return errors.New("connection refused")
+			}})
+		tr, clock := newReadingTracker(api)
+		tr.Observe(agentLease("n1", clock.Now(), 2))
+		clock.Add(time.Hour)
+		lost, err := tr.Lost(ctx, "n1")
+		g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
+		g.Expect(lost).To(BeFalse())
+	})
 }
 
 // notify never blocks: when nobody drains Changes (a replica that is not
@@ -224,6 +300,6 @@ func TestTrackerWatch(t *testing.T) {
 	inf.Update(l, renewed)
 	g.Expect(tr.LastRenewal("n1")).To(Equal(clock.Now()))
 	inf.Delete(renewed)
-	g.Expect(tr.Healthy("n1")).To(BeFalse())
-	g.Expect(changes(tr)).To(Equal([]string{"n1", "n1"}), "turned healthy, then forgotten")
+	g.Expect(tr.Healthy("n1")).To(BeTrue(), "a deleted Lease is unknown, not dead")
+	g.Expect(changes(tr)).To(Equal([]string{"n1", "n1"}), "turned healthy, then deleted")
 }

@@ -22,6 +22,12 @@ type Claimant struct {
 	Created time.Time
 	// Deleting is true once the pod has a deletion timestamp.
 	Deleting bool
+	// Refused says why the pod may never hold the IP, whatever its state:
+	// it is not allowed to claim it (ClaimPolicy), it runs in the host
+	// network, or it has no address of the IP's family. Empty when it may.
+	Refused string
+	// NotAllowed is true when Refused comes from the ClaimPolicy.
+	NotAllowed bool
 }
 
 // Holding is the outcome of ChooseHolder.
@@ -42,8 +48,8 @@ type Holding struct {
 }
 
 // ChooseHolder picks which claimant holds an IP. A claimant is eligible when
-// it is Ready, not being deleted, scheduled, and on a node that is healthy and
-// allowed by the pool. The current holder (by pod key) keeps the IP while it
+// it is not refused, Ready, not being deleted, scheduled, and on a node that
+// is healthy and allowed by the pool. The current holder (by pod key) keeps the IP while it
 // stays eligible, so the address never flaps between pods; otherwise the
 // eligible claimant created first (then by key) takes it. The other eligible
 // claimants are the standbys, in the same order.
@@ -62,6 +68,9 @@ func ChooseHolder(current string, claimants []Claimant, nodeHealthy, nodeAllowed
 	}
 	if len(eligible) == 0 {
 		slices.Sort(why)
+		if !slices.ContainsFunc(claimants, func(c Claimant) bool { return !c.NotAllowed }) {
+			return Holding{Reason: ipv1.ReasonNoAllowedClaimant, Message: "no claiming pod is allowed to claim this IP: " + summarize(why)}
+		}
 		if i := slices.IndexFunc(claimants, func(c Claimant) bool { return c.Key == current }); i >= 0 {
 			if node := claimants[i].Node; node != "" && !nodeHealthy(node) {
 				return Holding{Reason: ipv1.ReasonNodeLost, Message: fmt.Sprintf(
@@ -84,6 +93,8 @@ func ChooseHolder(current string, claimants []Claimant, nodeHealthy, nodeAllowed
 // ineligible says why c cannot hold the IP, or "" when it can.
 func ineligible(c Claimant, nodeHealthy, nodeAllowed func(string) bool) string {
 	switch {
+	case c.Refused != "":
+		return "is refused: " + c.Refused
 	case c.Deleting:
 		return "is being deleted"
 	case c.Node == "":

@@ -19,6 +19,13 @@ const (
 	// its reservation released.
 	Finalizer = "ip.kubext.io/finalizer"
 
+	// ReservationFinalizer is on every networking.k8s.io/v1 IPAddress that
+	// reserves an address for an IP. Whoever deletes the IPAddress (a
+	// cascading delete of the IP, or anyone allowed to delete IPAddresses),
+	// the address stays reserved until the operator has seen it released
+	// from every node; only then does it remove the finalizer.
+	ReservationFinalizer = "ip.kubext.io/reservation"
+
 	// LabelPool is set on the networking.k8s.io/v1 IPAddress objects that
 	// reserve addresses for IPs; its value is the name of the IPPool.
 	LabelPool = "ip.kubext.io/pool"

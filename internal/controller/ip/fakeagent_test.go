@@ -88,9 +88,10 @@ func (a *fakeAgent) renew(ctx context.Context) {
 	}
 }
 
-// converge follows the agent's rules: attach an IP placed here when no
-// other node is attached and the holder pod runs here; release an IP no
-// longer placed here.
+// converge follows the agent's protocol, one step per IP per pass: take
+// an IP placed here when no other node is attached and the holder pod runs
+// here (attachedNode, before programming), confirm it once "programmed"
+// (attachedPod), release an IP no longer placed here (both cleared).
 func (a *fakeAgent) converge(ctx context.Context) {
 	ips := &ipv1.IPList{}
 	if err := k8s.List(ctx, ips); err != nil {
@@ -98,20 +99,20 @@ func (a *fakeAgent) converge(ctx context.Context) {
 	}
 	for i := range ips.Items {
 		ip := &ips.Items[i]
-		var want string
+		orig := ip.DeepCopy()
 		switch {
 		case ip.Status.Node == a.node && ip.Status.AttachedNode == "" && a.holderHere(ctx, ip):
-			want = a.node
+			ip.Status.AttachedNode = a.node
+		case ip.Status.Node == a.node && ip.Status.AttachedNode == a.node && ip.Status.AttachedPod != ip.Status.Pod && a.holderHere(ctx, ip):
+			ip.Status.AttachedPod = ip.Status.Pod
 		case ip.Status.Node != a.node && ip.Status.AttachedNode == a.node:
-			want = ""
+			ip.Status.AttachedNode, ip.Status.AttachedPod = "", ""
 		default:
 			continue
 		}
-		orig := ip.DeepCopy()
-		ip.Status.AttachedNode = want
 		if k8s.Status().Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})) == nil {
 			a.mu.Lock()
-			a.attached[ip.Name] = want != ""
+			a.attached[ip.Name] = ip.Status.AttachedNode != ""
 			a.mu.Unlock()
 		}
 	}

@@ -1,10 +1,13 @@
 package ip
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -13,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
@@ -39,6 +43,9 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 		}
 	}
 	addr, pool, err := r.allocate(ctx, ip)
+	if aerr := (*allocationError)(nil); errors.As(err, &aerr) && keepsAddress(ip, aerr) {
+		return r.keepAddress(ctx, ip, aerr)
+	}
 	if aerr := (*allocationError)(nil); errors.As(err, &aerr) {
 		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated); c == nil || c.Reason != aerr.reason {
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, aerr.reason, "Allocate", aerr.message)
@@ -50,7 +57,7 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 		return false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("allocating an address for IP %s: %w", ip.Name, err)
 	}
 	if ip.Status.Address != addr.String() {
 		allocations.WithLabelValues(pool).Inc()
@@ -61,8 +68,53 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 		ip.Status.Original = &ipv1.IPSpec{Address: addr.String(), Pool: ip.Spec.Pool, Reassign: ip.Spec.Reassign}
 	}
 	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
-		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf("%s is reserved from pool %s", addr, pool)})
+		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf("%s is reserved from pool %s%s", addr, pool, r.deletingNote(ctx, addr))})
 	return true, nil
+}
+
+// keepsAddress reports whether an allocation failure leaves the IP's
+// assigned address in place: its pool was deleted, or shrunk so that it no
+// longer contains the address. An address on a partner's allow-list is
+// never taken away by a change to the pool, and its failover does not
+// freeze either.
+func keepsAddress(ip *ipv1.IP, aerr *allocationError) bool {
+	if aerr.reason != ipv1.ReasonPoolNotFound && aerr.reason != ipv1.ReasonAddressOutsidePool {
+		return false
+	}
+	if !ip.Status.Assigned || ip.Status.Address == "" {
+		return false
+	}
+	if ip.Spec.Address == "" {
+		return true
+	}
+	want, err := ipam.Canonical(ip.Spec.Address)
+	return err == nil && want.String() == ip.Status.Address
+}
+
+// keepAddress keeps the assigned address reserved although its pool no
+// longer hands it out, and says so.
+func (r *Reconciler) keepAddress(ctx context.Context, ip *ipv1.IP, why *allocationError) (bool, error) {
+	addr, err := ipam.Canonical(ip.Status.Address)
+	if err != nil {
+		return false, err
+	}
+	if err := r.reserve(ctx, ip, addr, ip.Status.Pool); err != nil {
+		return false, fmt.Errorf("keeping %s reserved for IP %s: %w", addr, ip.Name, err)
+	}
+	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
+		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf(
+			"%s stays reserved for this IP although %s: an assigned address is never taken away by a pool change", addr, why.message)})
+	return true, nil
+}
+
+// deletingNote tells, for the Allocated message, that someone asked to
+// delete the reservation: it stays until this IP lets the address go.
+func (r *Reconciler) deletingNote(ctx context.Context, addr netip.Addr) string {
+	a := &networkingv1.IPAddress{}
+	if err := r.Get(ctx, types.NamespacedName{Name: ipam.Name(addr)}, a); err != nil || a.DeletionTimestamp.IsZero() {
+		return ""
+	}
+	return " (its IPAddress was deleted; the reservation stays until this IP has let the address go from every node)"
 }
 
 // allocate finds the IP's pool and address and reserves the address.
@@ -87,6 +139,10 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 		return want, poolName, r.reserve(ctx, ip, want, poolName)
 	}
 	if a, err := ipam.Canonical(ip.Status.Address); err == nil {
+		if !pool.Contains(a) {
+			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool,
+				fmt.Sprintf("pool %s no longer contains %s", poolName, a)}
+		}
 		return a, poolName, r.reserve(ctx, ip, a, poolName)
 	}
 	// A reservation made before a crash, not yet recorded in status.
@@ -155,8 +211,14 @@ func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) 
 	}
 	pools := &ipv1.IPPoolList{}
 	if err := r.List(ctx, pools); err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("listing pools: %w", err)
 	}
+	// Overlapping pools (reported PoolOverlap) must not make the IP's pool
+	// flip between reconciles: the pool it has keeps it, else the oldest.
+	slices.SortFunc(pools.Items, func(a, b ipv1.IPPool) int {
+		return cmp.Or(cmp.Compare(boolRank(a.Name != ip.Status.Pool), boolRank(b.Name != ip.Status.Pool)),
+			a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
 	for _, p := range pools.Items {
 		pool, err := ipam.NewPool(p.Spec.Addresses, p.Spec.Reserved)
 		if err == nil && pool.Contains(want) {
@@ -164,6 +226,13 @@ func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) 
 		}
 	}
 	return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("no IPPool contains %s", want)}
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reserve creates the IPAddress object named by the address. The API server
@@ -174,14 +243,18 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 	existing := &networkingv1.IPAddress{}
 	err := r.Get(ctx, types.NamespacedName{Name: name}, existing)
 	if err == nil {
-		return r.owned(ip, existing)
+		if err := r.owned(ip, existing); err != nil {
+			return err
+		}
+		return r.holdReservation(ctx, existing)
 	}
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
 	a := &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name,
+			Name:       name,
+			Finalizers: []string{ipv1.ReservationFinalizer},
 			Labels: map[string]string{
 				ipv1.LabelPool:                 pool,
 				networkingv1.LabelManagedBy:    ipv1.ManagedBy,
@@ -204,6 +277,20 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 		return r.owned(ip, existing)
 	}
 	return err
+}
+
+// holdReservation puts the finalizer on a reservation made without it (by
+// an earlier version).
+func (r *Reconciler) holdReservation(ctx context.Context, a *networkingv1.IPAddress) error {
+	if controllerutil.ContainsFinalizer(a, ipv1.ReservationFinalizer) || !a.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	orig := a.DeepCopy()
+	controllerutil.AddFinalizer(a, ipv1.ReservationFinalizer)
+	if err := r.Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("adding the finalizer to reservation %s: %w", a.Name, err)
+	}
+	return nil
 }
 
 // owned checks that an existing reservation is this IP's.
@@ -238,9 +325,17 @@ func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) er
 		if a.Name == except {
 			continue
 		}
+		// Delete first: the object shows it is going; then let it go.
 		uid := a.UID
 		if err := r.Delete(ctx, a, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return err
+			return fmt.Errorf("releasing %s of IP %s: %w", a.Name, ip.Name, err)
+		}
+		if controllerutil.ContainsFinalizer(a, ipv1.ReservationFinalizer) {
+			orig := a.DeepCopy()
+			controllerutil.RemoveFinalizer(a, ipv1.ReservationFinalizer)
+			if err := r.Patch(ctx, a, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("releasing %s of IP %s: removing its finalizer: %w", a.Name, ip.Name, err)
+			}
 		}
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Released", "Release", "Released %s", a.Name)
 	}
@@ -251,8 +346,8 @@ func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) er
 // spec.address changed under spec.reassign. It returns true once the old
 // address is gone and the new one can be reserved.
 func (r *Reconciler) releaseForReassign(ctx context.Context, ip *ipv1.IP) (bool, error) {
-	if !r.detach(ip, fmt.Sprintf("moving to %s", ip.Spec.Address)) {
-		return false, nil
+	if detached, err := r.detach(ctx, ip, fmt.Sprintf("moving to %s", ip.Spec.Address)); err != nil || !detached {
+		return false, err
 	}
 	old := ip.Status.Address
 	if err := r.release(ctx, ip, ""); err != nil {

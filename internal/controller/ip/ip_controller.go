@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,6 +61,10 @@ type Reconciler struct {
 	now func() time.Time
 	// moveStarts and failoverStarts time attachments and failovers.
 	moveStarts, failoverStarts *stopwatch
+
+	mu sync.Mutex
+	// refusals are the claim refusals already told to pods (see refuse).
+	refusals map[string]struct{}
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -67,7 +72,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch
 // Addresses are reserved as IPAddress objects named by the address.
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get;list;watch;create;delete;patch
 // Pods claim IPs; delete is used only with --ip-delete-stale-pods.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
@@ -90,7 +95,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, err
 	}
 	if !ip.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, ip)
+		return r.reconcileDelete(ctx, ip)
 	}
 	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
 		orig := ip.DeepCopy()
@@ -105,9 +110,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
-		return ctrl.Result{}, err
+		// Waiting for an address (freed, pool created or grown) or for the
+		// old one to be let go: the watches bring it back; this is the
+		// backstop.
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: r.retryAfter(ip)}, nil
 	}
 	return r.reconcilePlacement(ctx, ip)
+}
+
+// allocationRetry is the backstop for IPs waiting for an address.
+const allocationRetry = 10 * time.Second
+
+func (r *Reconciler) retryAfter(ip *ipv1.IP) time.Duration {
+	if r.doubtful(ip) {
+		return confirmEvery
+	}
+	return allocationRetry
 }
 
 // patchStatus writes the status once per reconcile, only when it changed,
@@ -169,6 +190,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.now = time.Now
 	}
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
+	r.refusals = map[string]struct{}{}
 	if err := addIndexes(ctx, mgr); err != nil {
 		return err
 	}
@@ -186,7 +208,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Named("ip").
 		For(&ipv1.IP{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToIP), builder.WithPredicates(claims)).
-		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(ipAddressToIP)).
+		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.ipAddressToIPs)).
 		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allIPs), builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToIPs))).

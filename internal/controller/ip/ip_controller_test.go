@@ -44,8 +44,10 @@ func (f *fixture) node(name string) string {
 	return name
 }
 
+// pool creates a pool whose IPs pods in namespace default may claim.
 func (f *fixture) pool(name string, cidr string) {
-	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPPoolSpec{Addresses: []string{cidr}}})
+	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPPoolSpec{Addresses: []string{cidr},
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}})
 }
 
 // pod creates a claiming pod on a node, Ready with an address.

@@ -2,8 +2,10 @@ package ip
 
 import (
 	"context"
+	"errors"
 
 	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -12,25 +14,28 @@ import (
 
 // reconcileDelete detaches the address from its node, releases the
 // reservation and only then lets the IP go.
-func (r *Reconciler) reconcileDelete(ctx context.Context, ip *ipv1.IP) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, ip *ipv1.IP) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	orig := ip.DeepCopy()
-	detached := r.detach(ip, "deleting")
-	if err := r.patchStatus(ctx, orig, ip, false); err != nil || !detached {
+	detached, err := r.detach(ctx, ip, "deleting")
+	if err := errors.Join(err, r.patchStatus(ctx, orig, ip, false)); err != nil || !detached {
 		// The agent's confirmation (or its heartbeat running out) brings
-		// us back.
-		return err
+		// us back; this is the backstop.
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: r.retryAfter(ip)}, nil
 	}
 	if err := r.release(ctx, ip, ""); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	orig = ip.DeepCopy()
 	controllerutil.RemoveFinalizer(ip, ipv1.Finalizer)
 	if err := r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Detached and released %s", ip.Status.Address)
-	return nil
+	return ctrl.Result{}, nil
 }

@@ -22,47 +22,112 @@ import (
 // reconcilePlacement chooses the holder among the claiming pods and moves
 // the address to its node, one node at a time.
 func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.Result, error) {
-	claimants, pods, err := r.claimants(ctx, ip)
+	pool, err := r.poolOf(ctx, ip)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	claimants, pods, err := r.claimants(ctx, ip, pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	ip.Status.Claimed = len(claimants) > 0
-	allowed, err := r.nodeAllowed(ctx, ip)
+	if stop, why := r.unattachable(ctx, ip, pool); stop != "" {
+		// Nothing may answer for this address: take it off any node.
+		ip.Status.Standbys = nil
+		return r.settle(ctx, ip, ipam.Holding{Reason: stop, Message: why})
+	}
+	allowed, err := r.nodeAllowed(ctx, pool)
+	if err != nil {
+		ip.Status.Standbys = nil
+		return r.settle(ctx, ip, ipam.Holding{Reason: ipv1.ReasonNoEligibleNode, Message: err.Error()})
+	}
+	healthy, err := r.healthView(ctx, ip)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	current, cleared, err := r.moveRequest(ctx, ip, claimants, allowed)
+	current, cleared, err := r.moveRequest(ctx, ip, claimants, healthy, allowed)
 	if err != nil || cleared {
 		return ctrl.Result{}, err
 	}
-	holding := ipam.ChooseHolder(current, claimants, r.Health.Healthy, allowed)
+	holding := ipam.ChooseHolder(current, claimants, healthy, allowed)
 	ip.Status.Standbys = keys(holding.Standbys)
 
-	if !r.place(ctx, ip, holding) {
-		// Waiting for the old node to let go; its agent's update or its
-		// heartbeat running out brings us back.
-		return ctrl.Result{RequeueAfter: resync}, nil
+	res, err := r.settle(ctx, ip, holding)
+	if err != nil {
+		return res, err
 	}
 	if holding.Holder.Key == "" && holding.Reason == ipv1.ReasonNodeLost && r.DeleteStalePods {
 		if err := r.deleteStalePods(ctx, ip, pods); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
+	return res, nil
+}
+
+// settle places the IP for the holding and says when to look again.
+func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (ctrl.Result, error) {
+	placed, err := r.place(ctx, ip, h)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("placing IP %s: %w", ip.Name, err)
+	}
+	if !placed || r.doubtful(ip) {
+		// Waiting for the old node to let go, or for a node the informer
+		// calls lost to be confirmed so (or not) by the API server: its
+		// agent's update or its heartbeat brings us back, and so does this.
+		return ctrl.Result{RequeueAfter: confirmEvery}, nil
+	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// confirmEvery is how often a node that the informer shows as lost, but the
+// API server has not confirmed so, is looked at again.
+const confirmEvery = 250 * time.Millisecond
+
+// doubtful reports whether a node that may answer for the IP is unhealthy
+// as the informer shows it.
+func (r *Reconciler) doubtful(ip *ipv1.IP) bool {
+	for _, n := range []string{ip.Status.Node, ip.Status.AttachedNode} {
+		if n != "" && !r.Health.Healthy(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// healthView says which nodes are healthy for this IP's placement. It is
+// the informer's view, except for the nodes that may be answering for the
+// IP now (status.node and status.attachedNode): those keep the benefit of
+// the doubt until the API server confirms that their agent stopped
+// renewing (Tracker.Lost). A paused manager or a slow watch thus never
+// moves an IP away from a live node; it only delays failover by a read.
+func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) bool, error) {
+	answering := map[string]bool{}
+	for _, n := range []string{ip.Status.Node, ip.Status.AttachedNode} {
+		if n == "" || answering[n] || r.Health.Healthy(n) {
+			continue
+		}
+		lost, err := r.Health.Lost(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		answering[n] = !lost
+	}
+	return func(n string) bool { return answering[n] || r.Health.Healthy(n) }, nil
 }
 
 // place points status.node at the holder's node when no other node is
 // attached, and sets the Attached condition. It returns false while it
 // waits for another node to let go.
-func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) bool {
+func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (bool, error) {
 	target, pod := h.Holder.Node, h.Holder.Key
 	if target != ip.Status.Node || pod != ip.Status.Pod {
-		// Another node answers: it lets go first. The same node just
+		// Another node may answer: it lets go first. The same node just
 		// repoints its forwarding at the new pod.
 		if att := ip.Status.AttachedNode; att != "" && att != target {
-			if !r.detach(ip, fmt.Sprintf("handing over to %s", orNone(pod))) {
+			detached, err := r.detach(ctx, ip, fmt.Sprintf("handing over to %s", orNone(pod)))
+			if err != nil || !detached {
 				ip.Status.Pod = pod // who will hold it once the old node lets go
-				return false
+				return false, err
 			}
 		}
 		r.moved(ctx, ip, pod, target)
@@ -72,39 +137,48 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) boo
 	case target == "":
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: h.Reason, Message: h.Message})
-	case ip.Status.AttachedNode == target:
+	case ip.Status.AttachedNode == target && ip.Status.AttachedPod == pod:
 		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue {
 			r.attached(ip)
 		}
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionTrue,
-			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s", target, ip.Status.Address)})
+			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s", target, ip.Status.Address, pod)})
+	case ip.Status.AttachedNode == target:
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			Reason: ipv1.ReasonProgramming, Message: fmt.Sprintf("the agent on %s is programming %s for %s", target, ip.Status.Address, pod)})
 	default:
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonWaitingForAgent, Message: fmt.Sprintf("waiting for the agent on %s to attach %s", target, ip.Status.Address)})
 	}
-	return true
+	return true, nil
 }
 
-// detach clears status.node and reports whether no node is attached any
-// more. A node whose agent stopped renewing its heartbeat for a whole lease
-// duration has fenced itself: its attachment is cleared on its behalf.
-func (r *Reconciler) detach(ip *ipv1.IP, why string) bool {
+// detach clears status.node and reports whether no node may answer any
+// more. The agent that wrote status.attachedNode clears it once nothing of
+// the address is left on its node. A node whose agent the API server
+// confirms has not renewed its heartbeat for a whole lease duration has
+// fenced itself (see internal/heartbeat): its attachment is cleared on its
+// behalf. Nothing less than that confirmation does: the informer's view
+// alone may be stale.
+func (r *Reconciler) detach(ctx context.Context, ip *ipv1.IP, why string) (bool, error) {
 	ip.Status.Node = ""
 	att := ip.Status.AttachedNode
 	if att == "" {
-		return true
+		ip.Status.AttachedPod = ""
+		return true, nil
 	}
-	if r.Health.Healthy(att) {
+	lost, err := r.Health.Lost(ctx, att)
+	if err != nil || !lost {
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonDetaching, Message: fmt.Sprintf("%s: waiting for node %s to release %s", why, att, ip.Status.Address)})
-		return false
+		return false, err
 	}
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonNodeLost, "Failover",
 		"Node %s stopped renewing its heartbeat; its agent has fenced itself and released %s", att, ip.Status.Address)
 	r.failoverStarts.start(ip.Name, r.Health.LastRenewal(att))
 	failovers.Inc()
-	ip.Status.AttachedNode = ""
-	return true
+	ip.Status.AttachedNode, ip.Status.AttachedPod = "", ""
+	return true, nil
 }
 
 // moved records a change of holder.
@@ -133,48 +207,17 @@ func (r *Reconciler) attached(ip *ipv1.IP) {
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Attached", "Attach", "Node %s answers for %s", ip.Status.Node, ip.Status.Address)
 }
 
-// claimants lists the pods claiming the IP.
-func (r *Reconciler) claimants(ctx context.Context, ip *ipv1.IP) ([]ipam.Claimant, []corev1.Pod, error) {
-	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.MatchingFields{indexClaim: ip.Name}); err != nil {
-		return nil, nil, err
-	}
-	out := make([]ipam.Claimant, 0, len(pods.Items))
-	for _, p := range pods.Items {
-		out = append(out, ipam.Claimant{
-			Key:      p.Namespace + "/" + p.Name,
-			Node:     p.Spec.NodeName,
-			Ready:    podReady(&p) && p.Status.PodIP != "",
-			Created:  p.CreationTimestamp.Time,
-			Deleting: !p.DeletionTimestamp.IsZero(),
-		})
-	}
-	return out, pods.Items, nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// nodeAllowed returns whether the pool's node selector admits a node.
-func (r *Reconciler) nodeAllowed(ctx context.Context, ip *ipv1.IP) (func(string) bool, error) {
-	pool := &ipv1.IPPool{}
-	if err := r.Get(ctx, types.NamespacedName{Name: ip.Status.Pool}, pool); err != nil {
-		// A pool deleted meanwhile allows no node; the next reconcile
-		// reports it on Allocated.
-		return func(string) bool { return false }, client.IgnoreNotFound(err)
-	}
-	if pool.Spec.NodeSelector == nil {
+// nodeAllowed returns whether the pool's node selector admits a node. A
+// pool that is gone admits every node: its IPs keep their addresses (see
+// reconcileAddress) and keep failing over. An invalid selector admits none
+// and says why.
+func (r *Reconciler) nodeAllowed(ctx context.Context, pool *ipv1.IPPool) (func(string) bool, error) {
+	if pool == nil || pool.Spec.NodeSelector == nil {
 		return func(string) bool { return true }, nil
 	}
 	sel, err := metav1.LabelSelectorAsSelector(pool.Spec.NodeSelector)
 	if err != nil {
-		return func(string) bool { return false }, nil
+		return nil, fmt.Errorf("the nodeSelector of pool %s is invalid, so no node may hold its addresses: %v", pool.Name, err)
 	}
 	return func(name string) bool {
 		node := &corev1.Node{}
@@ -191,7 +234,7 @@ func (r *Reconciler) nodeAllowed(ctx context.Context, ip *ipv1.IP) (func(string)
 // nothing; cleared reports that it was removed in this call, and the
 // reconcile stops there (the update brings it back).
 func (r *Reconciler) moveRequest(ctx context.Context, ip *ipv1.IP, claimants []ipam.Claimant,
-	allowed func(string) bool) (current string, cleared bool, err error) {
+	healthy, allowed func(string) bool) (current string, cleared bool, err error) {
 	to, ok := ip.Annotations[ipv1.AnnotationMoveTo]
 	if !ok {
 		return ip.Status.Pod, false, nil
@@ -199,7 +242,7 @@ func (r *Reconciler) moveRequest(ctx context.Context, ip *ipv1.IP, claimants []i
 	if ip.Status.Pod == to {
 		return to, true, r.clearMoveRequest(ctx, ip)
 	}
-	if ipam.ChooseHolder(to, claimants, r.Health.Healthy, allowed).Holder.Key != to {
+	if ipam.ChooseHolder(to, claimants, healthy, allowed).Holder.Key != to {
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, "MoveRefused", "Move",
 			"Cannot move %s to %s: it is not a Ready claimant on a healthy, allowed node", ip.Name, to)
 		return ip.Status.Pod, true, r.clearMoveRequest(ctx, ip)
@@ -214,11 +257,19 @@ func (r *Reconciler) clearMoveRequest(ctx context.Context, ip *ipv1.IP) error {
 }
 
 // deleteStalePods deletes claiming pods stuck on nodes whose agent is lost,
-// so that their controllers recreate them on healthy nodes.
+// so that their controllers recreate them on healthy nodes. Lost is
+// confirmed with the API server for each node: a stale informer never gets
+// a healthy pod deleted.
 func (r *Reconciler) deleteStalePods(ctx context.Context, ip *ipv1.IP, pods []corev1.Pod) error {
 	for i := range pods {
 		p := &pods[i]
-		if p.Spec.NodeName == "" || !p.DeletionTimestamp.IsZero() || r.Health.Healthy(p.Spec.NodeName) {
+		if p.Spec.NodeName == "" || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if lost, err := r.Health.Lost(ctx, p.Spec.NodeName); err != nil || !lost {
+			if err != nil {
+				return err
+			}
 			continue
 		}
 		uid := p.UID

@@ -12,6 +12,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipam"
 )
 
 // Cache indexes, so that lookups never scan every pod.
@@ -26,6 +27,15 @@ const (
 	indexPool = "ip.kubext.io/pool"
 	// indexParent indexes IPAddresses by the IP that reserved them.
 	indexParent = "ip.kubext.io/parent"
+	// indexWanted indexes IPs by the address their spec names, so that an
+	// IP waiting for an address (AddressInUse) is retried when it is freed.
+	indexWanted = "ip.kubext.io/wanted"
+	// indexNodeAddress indexes nodes by their addresses.
+	indexNodeAddress = "ip.kubext.io/node-address"
+
+	// noPool is the indexPool value of IPs that name no pool and have not
+	// found one (PoolNotFound): every pool change may be theirs.
+	noPool = "\x00none"
 )
 
 func addIndexes(ctx context.Context, mgr ctrl.Manager) error {
@@ -67,7 +77,20 @@ func addIndexes(ctx context.Context, mgr ctrl.Manager) error {
 		if ip.Status.Pool != "" {
 			return []string{ip.Status.Pool}
 		}
+		return []string{noPool}
+	}); err != nil {
+		return err
+	}
+	if err := ix.IndexField(ctx, &ipv1.IP{}, indexWanted, func(o client.Object) []string {
+		if a, err := ipam.Canonical(o.(*ipv1.IP).Spec.Address); err == nil {
+			return []string{ipam.Name(a)}
+		}
 		return nil
+	}); err != nil {
+		return err
+	}
+	if err := ix.IndexField(ctx, &corev1.Node{}, indexNodeAddress, func(o client.Object) []string {
+		return nodeAddresses(o.(*corev1.Node))
 	}); err != nil {
 		return err
 	}
@@ -98,15 +121,21 @@ func podToIP(_ context.Context, o client.Object) []reconcile.Request {
 	return nil
 }
 
-func ipAddressToIP(_ context.Context, o client.Object) []reconcile.Request {
+// ipAddressToIPs maps a reservation to the IP that made it and to the IPs
+// that want its address: when it goes, they may take it.
+func (r *Reconciler) ipAddressToIPs(ctx context.Context, o client.Object) []reconcile.Request {
+	reqs := r.ipsMatching(ctx, client.MatchingFields{indexWanted: o.GetName()})
 	if name := parentIP(o.(*networkingv1.IPAddress)); name != "" {
-		return []reconcile.Request{request(name)}
+		reqs = append(reqs, request(name))
 	}
-	return nil
+	return reqs
 }
 
+// poolToIPs maps a pool to its IPs and to the IPs that have not found a
+// pool yet.
 func (r *Reconciler) poolToIPs(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.ipsMatching(ctx, client.MatchingFields{indexPool: o.GetName()})
+	reqs := r.ipsMatching(ctx, client.MatchingFields{indexPool: o.GetName()})
+	return append(reqs, r.ipsMatching(ctx, client.MatchingFields{indexPool: noPool})...)
 }
 
 func (r *Reconciler) allIPs(ctx context.Context, _ client.Object) []reconcile.Request {

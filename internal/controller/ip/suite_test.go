@@ -55,7 +55,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		return err
 	}
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-controller"),
-		Health: heartbeat.NewTracker(AgentComponent), DeleteStalePods: true}
+		Health: heartbeat.NewTracker(AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}

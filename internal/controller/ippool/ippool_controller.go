@@ -74,8 +74,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}()
 	ready := metav1.Condition{Type: ipv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipv1.ReasonReady}
 	parsed, err := ipam.NewPool(pool.Spec.Addresses, pool.Spec.Reserved)
+	if err == nil {
+		err = validSelectors(pool)
+	}
 	if err != nil {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "InvalidSpec", err.Error()
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ipv1.ReasonInvalidSpec, err.Error()
 		setCondition(pool, ready)
 		return ctrl.Result{}, nil
 	}
@@ -98,11 +101,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if other, err := r.overlapping(ctx, pool, parsed); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
-		ready.Status, ready.Reason = metav1.ConditionFalse, "PoolOverlap"
+		ready.Status, ready.Reason = metav1.ConditionFalse, ipv1.ReasonPoolOverlap
 		ready.Message = fmt.Sprintf("addresses overlap IPPool %s, which is older; an address belongs to whichever IP reserves it first", other)
+	}
+	if pool.Spec.Provider == ipv1.ProviderAWS {
+		ready.Status, ready.Reason = metav1.ConditionFalse, ipv1.ReasonProviderNotSupported
+		ready.Message = "provider aws is not implemented in this version: addresses are allocated but attached to no node (an l2 announcement would not reach them in a VPC)"
 	}
 	setCondition(pool, ready)
 	return ctrl.Result{}, nil
+}
+
+// validSelectors checks what CEL cannot: that the label selectors parse.
+// An invalid selector would otherwise read as "no node matches".
+func validSelectors(pool *ipv1.IPPool) error {
+	check := func(sel *metav1.LabelSelector, field string) error {
+		if sel == nil {
+			return nil
+		}
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			return fmt.Errorf("%s is invalid: %v", field, err)
+		}
+		return nil
+	}
+	errs := []error{check(pool.Spec.NodeSelector, "spec.nodeSelector")}
+	if c := pool.Spec.Claimants; c != nil {
+		errs = append(errs, check(c.NamespaceSelector, "spec.claimants.namespaceSelector"), check(c.PodSelector, "spec.claimants.podSelector"))
+	}
+	return errors.Join(errs...)
 }
 
 // reconcileDelete lets a pool go only when no address is reserved from it.

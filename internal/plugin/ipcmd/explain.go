@@ -91,6 +91,16 @@ func gather(ctx context.Context, c client.Reader, name, leaseNamespace string) (
 	if f.pods, err = claimingPods(ctx, c, name); err != nil {
 		return nil, err
 	}
+	if f.claimPolicy().NeedsNamespaceLabels() {
+		f.namespaceLabels = map[string]map[string]string{}
+		for _, p := range f.pods {
+			ns := &corev1.Namespace{}
+			if err := getOptional(ctx, c, types.NamespacedName{Name: p.Namespace}, ns); err != nil {
+				return nil, err
+			}
+			f.namespaceLabels[p.Namespace] = ns.Labels
+		}
+	}
 	for _, node := range involvedNodes(f.ip, f.pods) {
 		n := &corev1.Node{}
 		if err := getOptional(ctx, c, types.NamespacedName{Name: node}, n); err != nil {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipam"
 )
 
 // shownEvents is how many of the latest events explain prints.
@@ -36,9 +37,21 @@ type facts struct {
 	leases map[string]*coordinationv1.Lease
 	// leaseNamespace is where the heartbeat Leases live.
 	leaseNamespace string
+	// namespaceLabels are the labels of the claiming pods' namespaces,
+	// read only when the pool selects namespaces by label.
+	namespaceLabels map[string]map[string]string
 	// events are the IP's events, oldest first.
 	events []eventsv1.Event
 	now    time.Time
+}
+
+// claimPolicy is who may claim the IP, as the controller applies it.
+func (f *facts) claimPolicy() ipam.ClaimPolicy {
+	policy := ipam.ClaimPolicy{IP: f.ip.Spec.Claimants}
+	if f.pool != nil {
+		policy.Pool = f.pool.Spec.Claimants
+	}
+	return policy
 }
 
 // agent is what a heartbeat Lease says about a node's agent.
@@ -109,6 +122,13 @@ func (f *facts) role(p *corev1.Pod) string {
 
 // ineligible says why a pod cannot hold the IP, or "" when it can.
 func (f *facts) ineligible(p *corev1.Pod) string {
+	if why := f.claimPolicy().Allows(ipam.ClaimRequest{Namespace: p.Namespace,
+		NamespaceLabels: f.namespaceLabels[p.Namespace], PodLabels: p.Labels}); why != "" {
+		return "REFUSED, may not claim this IP: " + why
+	}
+	if p.Spec.HostNetwork {
+		return "REFUSED: runs in the host network"
+	}
 	node := p.Spec.NodeName
 	switch {
 	case !p.DeletionTimestamp.IsZero():
@@ -306,7 +326,8 @@ func writePlacement(w io.Writer, f *facts) {
 	tw := table(w)
 	row(tw, "Holder", orDash(st.Pod), "status.pod: the claiming pod the address is attached for")
 	row(tw, "Node", orDash(st.Node), "status.node: where the controller wants the address")
-	row(tw, "Attached", orDash(st.AttachedNode), "status.attachedNode: where an agent confirmed it answers")
+	row(tw, "Attached", orDash(st.AttachedNode), "status.attachedNode: the node whose agent may answer for it")
+	row(tw, "Forwards to", orDash(st.AttachedPod), "status.attachedPod: the pod that agent confirmed traffic reaches")
 	row(tw, "Standbys", orDash(strings.Join(st.Standbys, ", ")), "take over at once, in this order")
 	last := "never"
 	if st.LastMoveTime != nil {

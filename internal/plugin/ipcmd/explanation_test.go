@@ -51,6 +51,18 @@ func TestExplain(t *testing.T) {
 		want   []string
 		absent []string
 	}{{
+		name: "a pod of a namespace the IP does not allow is refused, whatever its age",
+		facts: func(f *facts) {
+			f.ip = readyIP()
+			f.pool = pool(nil)
+			thief := pod("thief", "n2", true)
+			thief.Namespace = "tenant"
+			f.pods = []corev1.Pod{pod("web-0", "n1", true), thief}
+		},
+		want: []string{
+			"tenant/thief   Running  yes    n2    not eligible: REFUSED, may not claim this IP: namespace tenant is not in the IP's spec.claimants.namespaces (default)",
+		},
+	}, {
 		name: "ready, with a standby and ineligible claimants",
 		facts: func(f *facts) {
 			f.ip = readyIP("default/web-1")
@@ -91,7 +103,7 @@ func TestExplain(t *testing.T) {
 			f.pods = []corev1.Pod{pod("web-0", "n1", true)}
 		},
 		want: []string{"There is no standby: if node n1 fails",
-			"default/web-0  Running  yes    n1    HOLDER\n", "all nodes", "Standbys   -", "Recent events (oldest first):\n  none"},
+			"default/web-0  Running  yes    n1    HOLDER\n", "all nodes", "Standbys     -", "Recent events (oldest first):\n  none"},
 	}, {
 		name: "holder no longer Ready",
 		facts: func(f *facts) {

@@ -26,10 +26,10 @@ func cond(t, status, reason, msg string) metav1.Condition {
 func readyIP(standbys ...string) *ipv1.IP {
 	return &ipv1.IP{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", CreationTimestamp: ago(time.Hour), Generation: 1},
-		Spec:       ipv1.IPSpec{Pool: "lab"},
+		Spec:       ipv1.IPSpec{Pool: "lab", Claimants: &ipv1.IPClaimants{Namespaces: []string{"default"}}},
 		Status: ipv1.IPStatus{
 			Address: "192.0.2.10", Pool: "lab", Assigned: true, Claimed: true,
-			Node: "n1", AttachedNode: "n1", Pod: "default/web-0", Standbys: standbys,
+			Node: "n1", AttachedNode: "n1", AttachedPod: "default/web-0", Pod: "default/web-0", Standbys: standbys,
 			ObservedGeneration: 1,
 			Conditions: []metav1.Condition{
 				cond(ipv1.ConditionAllocated, "True", ipv1.ReasonAddressAllocated, "192.0.2.10 is reserved"),
