@@ -470,7 +470,7 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 			_ = s.c.Delete(ctx, ip)
 			_ = s.c.Delete(ctx, pool)
 		})
-		s.expectNotAttached(g, "on-aws", ipv1.ReasonNotSupported)
+		s.expectNotAttached(g, "on-aws", ipv1.ReasonNotSupported, "")
 	})
 
 	t.Run("hostNetwork pod", func(t *testing.T) {
@@ -486,7 +486,9 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 			_ = s.c.Delete(ctx, ip)
 		})
 		pod := s.runningPod(g, "default", "host-net-app")
-		s.expectNotAttached(g, "host-net", ipv1.ReasonNoAllowedClaimant)
+		// Allowed by claimants, so not NoAllowedClaimant: no node can
+		// hold it for this pod.
+		s.expectNotAttached(g, "host-net", ipv1.ReasonNoEligibleNode, "host network")
 		g.Eventually(func() ([]corev1.Event, error) { return podEvents(ctx, "default", pod, "ClaimRefused") },
 			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
 		ev, _ := podEvents(ctx, "default", pod, "ClaimRefused")
@@ -508,7 +510,7 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 			_ = s.c.Delete(ctx, pool)
 		})
 		pod := s.runningPod(g, "default", "v6-app")
-		s.expectNotAttached(g, "v6", ipv1.ReasonNoAllowedClaimant)
+		s.expectNotAttached(g, "v6", ipv1.ReasonNoEligibleNode, "no IPv6 address")
 		g.Eventually(func() ([]corev1.Event, error) { return podEvents(ctx, "default", pod, "ClaimRefused") },
 			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
 		ev, _ := podEvents(ctx, "default", pod, "ClaimRefused")
@@ -517,14 +519,16 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 }
 
 // expectNotAttached waits for the IP's Attached condition to be False
-// with reason, and checks that it stays so and that no node is named.
-func (s *staticIPStack) expectNotAttached(g Gomega, name, reason string) {
+// with reason and a message that says why, and checks that it stays so
+// and that no node is named.
+func (s *staticIPStack) expectNotAttached(g Gomega, name, reason, why string) {
 	check := func(g Gomega) {
 		ip := s.ip(g, name)
 		c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached)
 		g.Expect(c).NotTo(BeNil(), "%v", ip.Status.Conditions)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(reason), c.Message)
+		g.Expect(c.Message).To(ContainSubstring(why))
 		g.Expect(ip.Status.AttachedNode).To(BeEmpty())
 		g.Expect(ip.Status.Pod).To(BeEmpty())
 	}
