@@ -55,10 +55,13 @@ func run(ctx context.Context, args []string) error {
 		"Heartbeat lease duration (whole seconds): how long the controller waits before moving this node's IPs elsewhere.")
 	fs.DurationVar(&renewInterval, "renew-interval", 500*time.Millisecond, "How often the heartbeat is renewed.")
 	fs.StringVar(&iface, "interface", "", "Uplink interface for the static IPs (default: the interface routing to each address).")
-	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs (e.g. the pod and service CIDRs) that pods reach with their own address.")
+	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs that a static IP's holder pod reaches with its own address: "+
+		"the cluster's pod and service CIDRs (required; \"none\" sends all its traffic, in-cluster DNS included, out of the uplink as the static IP).")
 	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
+	skipPolicyCheck := fs.Bool(policyCheckFlag, false, "UNSAFE: start even when the admission policy that confines this agent to its own node "+
+		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +70,15 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
 	if node == "" {
 		return errors.New("--node-name or $NODE_NAME is required")
+	}
+	// Required: without the cluster's CIDRs the holder's DNS and Service
+	// traffic would leave by the uplink, from the static IP.
+	switch excludeSNAT {
+	case "":
+		return errors.New("--exclude-snat is required: set it to the cluster's pod and service CIDRs (e.g. 10.244.0.0/16,10.96.0.0/12), " +
+			"or to \"none\" to send all of a holder pod's traffic, in-cluster DNS included, out of the uplink from its static IP")
+	case "none":
+		excludeSNAT = ""
 	}
 	var exclude []netip.Prefix
 	for _, s := range strings.Split(excludeSNAT, ",") {
@@ -87,6 +99,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkPolicy(ctx, cfg, namespace, node, *skipPolicyCheck); err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
@@ -99,9 +114,9 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The kernel drops the addresses one lease duration after the last
-	// renewal unless refreshed: the backstop for an agent killed before it
-	// could fence.
+	// The kernel drops the addresses and their NAT entries one lease
+	// duration after the last renewal unless refreshed: the backstop for an
+	// agent killed or frozen before it could fence.
 	lifetime := (leaseDuration + time.Second - 1) / time.Second * time.Second
 	dp, err := netconf.New(netconf.Options{ExcludeSNAT: exclude, AddressLifetime: lifetime, Log: ctrl.Log.WithName("netconf")})
 	if err != nil {
@@ -109,8 +124,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	// An agent that does not hold its heartbeat answers for nothing: what a
 	// previous run left (it may have been killed before it could fence, and
-	// the IPs may have moved since) goes before anything else.
-	if err := dp.Flush(ctx); err != nil {
+	// the IPs may have moved since) goes before anything else, and nothing
+	// is added until the heartbeat is held (OnRegained unfences).
+	if err := dp.Fence(ctx); err != nil {
 		return fmt.Errorf("removing what a previous run programmed: %w", err)
 	}
 	agent := &ipagent.Reconciler{
@@ -131,7 +147,8 @@ func run(ctx context.Context, args []string) error {
 		OnLost:        agent.Fence,
 		OnRegained:    agent.Regained,
 		OnRenewed: func() {
-			if err := dp.Refresh(); err != nil {
+			// Fenced: the Lease was lost, or is not regained yet.
+			if err := dp.Refresh(); err != nil && !errors.Is(err, netconf.ErrFenced) {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
@@ -161,8 +178,9 @@ func run(ctx context.Context, args []string) error {
 	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipcontroller.AgentComponent, node), "leaseDuration", leaseDuration)
 	err = mgr.Start(ctx)
 	// Leaving: remove what this node programmed so nothing answers for an
-	// IP without an agent behind it.
+	// IP without an agent behind it. Fence rather than flush: a refresh
+	// still under way must not put anything back.
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(err, dp.Flush(fctx))
+	return errors.Join(err, dp.Fence(fctx))
 }

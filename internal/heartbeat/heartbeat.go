@@ -8,6 +8,10 @@
 // the agent lost only after observing no renewal for the lease's full
 // duration; the agent fences after FenceAfter, which is shorter than that
 // duration, so it has stopped answering before its work is moved.
+//
+// For that to hold, nothing may hold up the renewals and the lapse check:
+// the callbacks run on goroutines of their own (see notifier), never on
+// the loop that renews and checks.
 package heartbeat
 
 import (
@@ -48,8 +52,11 @@ type Config struct {
 	// must be shorter than Duration.
 	FenceAfter time.Duration
 	// OnLost is called once when the hold lapses; OnRegained once when a
-	// renewal succeeds again after that; OnRenewed after every successful
-	// renewal.
+	// renewal succeeds again after that; OnRenewed after successful
+	// renewals. OnLost and OnRegained are called in order, one at a time;
+	// OnRenewed runs one at a time on its own, and renewals that succeed
+	// while it runs lead to one more call once it returns (the latest
+	// renewal wins). None of them holds up renewing or fencing.
 	OnLost, OnRegained, OnRenewed func()
 	Log                           logr.Logger
 	// now is time.Now, replaceable in tests.
@@ -58,7 +65,8 @@ type Config struct {
 
 // Heartbeat renews one Lease. It runs until its context ends.
 type Heartbeat struct {
-	cfg Config
+	cfg    Config
+	notify *notifier
 
 	mu        sync.Mutex
 	lastStart time.Time // start of the last successful renewal
@@ -102,7 +110,7 @@ func New(cfg Config) (*Heartbeat, error) {
 	if cfg.OnRenewed == nil {
 		cfg.OnRenewed = func() {}
 	}
-	return &Heartbeat{cfg: cfg}, nil
+	return &Heartbeat{cfg: cfg, notify: newNotifier()}, nil
 }
 
 // Held reports whether the agent may act: its last successful renewal
@@ -120,6 +128,8 @@ func (h *Heartbeat) NeedLeaderElection() bool { return false }
 // hold more often than that so that fencing is never late by more than a
 // fraction of the interval.
 func (h *Heartbeat) Start(ctx context.Context) error {
+	stop := h.notify.start(ctx, h.cfg.OnRenewed)
+	defer stop()
 	renew := time.NewTicker(h.cfg.RenewInterval)
 	defer renew.Stop()
 	check := time.NewTicker(h.cfg.RenewInterval / 4)
@@ -146,7 +156,7 @@ func (h *Heartbeat) checkLapse() {
 	h.mu.Unlock()
 	if lapsed {
 		h.cfg.Log.Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
-		h.cfg.OnLost()
+		h.notify.change(h.cfg.OnLost)
 	}
 }
 
@@ -161,6 +171,13 @@ func (h *Heartbeat) renew(ctx context.Context) {
 		left -= start.Sub(h.lastStart)
 	}
 	h.mu.Unlock()
+	if left <= 0 {
+		// The hold lapsed before this renewal started: whatever the write
+		// does, the agent must fence first (not every client checks an
+		// expired context before it sends).
+		h.checkLapse()
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	if err := h.write(ctx, start); err != nil {
@@ -174,9 +191,9 @@ func (h *Heartbeat) renew(ctx context.Context) {
 	h.mu.Unlock()
 	if regained {
 		h.cfg.Log.Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
-		h.cfg.OnRegained()
+		h.notify.change(h.cfg.OnRegained)
 	}
-	h.cfg.OnRenewed()
+	h.notify.renewed()
 }
 
 func (h *Heartbeat) write(ctx context.Context, start time.Time) error {
@@ -219,4 +236,79 @@ func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time) *coordinat
 		l.Spec.AcquireTime = &metav1.MicroTime{Time: start}
 	}
 	return l
+}
+
+// notifier calls the callbacks off the heartbeat's loop: OnLost and
+// OnRegained in the order they happened on one goroutine, OnRenewed on
+// another, coalesced so that at most one runs and one more is pending.
+// A callback that hangs delays only the callbacks queued behind it.
+type notifier struct {
+	mu      sync.Mutex
+	changes []func() // OnLost and OnRegained, in order
+	wake    chan struct{}
+	renew   chan struct{}
+}
+
+func newNotifier() *notifier {
+	return &notifier{wake: make(chan struct{}, 1), renew: make(chan struct{}, 1)}
+}
+
+// start runs the two goroutines until ctx ends or stop is called. stop
+// does not wait for a callback under way (one that hangs must not hold up
+// the agent's shutdown); callbacks still queued are dropped.
+func (n *notifier) start(ctx context.Context, onRenewed func()) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	go n.runChanges(ctx)
+	go n.runRenewed(ctx, onRenewed)
+	return cancel
+}
+
+// change queues OnLost or OnRegained.
+func (n *notifier) change(fn func()) {
+	n.mu.Lock()
+	n.changes = append(n.changes, fn)
+	n.mu.Unlock()
+	signal(n.wake)
+}
+
+// renewed asks for one more OnRenewed.
+func (n *notifier) renewed() { signal(n.renew) }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default: // one is pending already
+	}
+}
+
+func (n *notifier) runChanges(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.wake:
+		}
+		for {
+			n.mu.Lock()
+			if len(n.changes) == 0 {
+				n.mu.Unlock()
+				break
+			}
+			fn := n.changes[0]
+			n.changes = n.changes[1:]
+			n.mu.Unlock()
+			fn()
+		}
+	}
+}
+
+func (n *notifier) runRenewed(ctx context.Context, onRenewed func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.renew:
+			onRenewed()
+		}
+	}
 }

@@ -1,14 +1,32 @@
 // Package ipagent is the node side of static IPs: one agent per node makes
 // the node answer for the IPs the controller places on it, and only those,
-// and reports in status.attachedNode what it actually programmed.
+// and reports what it answers for in status.attachedNode and
+// status.attachedPod.
 //
-// The agent attaches an IP only when status.node names its node and no
-// other node is attached (status.attachedNode empty or its own), and only
-// while it holds its heartbeat Lease. It reports an attachment only after
-// the kernel has it, and clears its report only after the kernel no longer
-// has it. When it loses its Lease it removes everything at once (fencing),
-// because by the time the controller gives the IP to another node, this
-// node must be silent.
+// The protocol, which the controller and the admission policy rely on:
+//
+//  1. Claim before programming. For an IP with status.node naming this
+//     node and no node attached, the agent, while it holds its heartbeat
+//     Lease, first writes status.attachedNode (a patch conditional on the
+//     version it read). Only once that write succeeded does it program
+//     anything for the IP; a conflict means it reads again. So a node that
+//     might answer for an address is always named in attachedNode, and the
+//     controller never sees an empty attachedNode while a node answers.
+//  2. Confirm after programming. Once the kernel has all of it (the
+//     address on the uplink, DNAT to status.pod's address, SNAT and policy
+//     routing of that pod), as read back from the kernel, the agent sets
+//     status.attachedPod to status.pod. When status.pod changes on the same
+//     node, attachedPod is cleared before the kernel is repointed. When the
+//     kernel no longer has all of it, attachedPod is cleared.
+//  3. Release. When status.node no longer names this node (or the IP is
+//     being deleted, its holder is gone, or the Lease is not held), the
+//     agent removes the address from the kernel, and clears attachedNode
+//     and attachedPod together only once nothing of it is left.
+//  4. The agent writes no other field.
+//
+// When it loses its Lease it removes everything at once (fencing), without
+// waiting for programming under way, because by the time the controller
+// gives the IP to another node, this node must be silent.
 package ipagent
 
 import (
@@ -39,8 +57,14 @@ import (
 // Dataplane programs the node's kernel (internal/netconf in production).
 type Dataplane interface {
 	Apply(ctx context.Context, desired []netconf.Assignment) (netconf.Report, error)
+	// Current reads back every address the kernel has a trace of; PodIP is
+	// valid only where the kernel forwards the address to it, and back.
 	Current() ([]netconf.Assignment, error)
-	Flush(ctx context.Context) error
+	// Fence removes everything at once and refuses to add anything until
+	// Unfence, without waiting for an Apply in flight; that Apply adds
+	// nothing, even after Unfence.
+	Fence(ctx context.Context) error
+	Unfence()
 }
 
 // Lease tells whether the agent still holds its heartbeat Lease.
@@ -62,149 +86,106 @@ type Reconciler struct {
 	Resync time.Duration
 
 	trigger chan event.GenericEvent
-	// mu makes Fence and "check the Lease, then Apply" exclusive, so that a
-	// reconcile that checked the Lease just before it lapsed cannot re-add
-	// what Fence removed.
-	mu sync.Mutex
+	// mu makes "check the Lease, register the cancel of this pass's Apply"
+	// one step as seen by Fence: either Fence comes first, and the pass
+	// sees the Lease lapsed, or it comes after and cancels the Apply. It
+	// is never held across an Apply.
+	mu          sync.Mutex
+	cancelApply context.CancelFunc
+	// warned are the hostNetwork holders already reported, by IP and pod
+	// UID, so that each gets one Event rather than one per resync.
+	warned sync.Map
 }
 
 // Reconcile converges the node.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
-	ips := &ipv1.IPList{}
-	if err := r.List(ctx, ips); err != nil {
+	list := &ipv1.IPList{}
+	if err := r.List(ctx, list); err != nil {
 		return ctrl.Result{}, err
 	}
-	// Only the check and the programming are under the lock: reporting
-	// talks to the API server, which may be what is failing, and must never
-	// hold up fencing.
-	r.mu.Lock()
-	held := r.Lease.Held()
-	var desired []netconf.Assignment
-	want := map[string]*ipv1.IP{} // address -> IP
-	for i := range ips.Items {
-		ip := &ips.Items[i]
-		a, ok := r.assignment(ctx, ip)
-		if !ok || !held {
-			continue
-		}
-		desired = append(desired, a)
-		want[a.Address.String()] = ip
+	ips := make([]*ipv1.IP, 0, len(list.Items))
+	for i := range list.Items {
+		ips = append(ips, list.Items[i].DeepCopy())
 	}
-	report, err := r.Dataplane.Apply(ctx, desired)
-	r.mu.Unlock()
+	applyCtx, held, done := r.startPass(ctx)
+	defer done()
+	desired, claimErr := r.claim(ctx, ips, held)
+	report, err := r.Dataplane.Apply(applyCtx, values(desired))
 	if err != nil {
 		log.Error(err, "Programming the node failed")
 	}
-	for addr, aerr := range report.Errors {
-		if ip, ok := want[addr.String()]; ok {
-			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, "AttachFailed", "Attach",
-				"Node %s could not attach %s: %v", r.Node, addr, aerr)
-		}
+	r.reportFailures(ips, desired, report)
+	programmed, err := r.Dataplane.Current()
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading back what is programmed: %w", err)
 	}
-	programmed, cerr := r.Dataplane.Current()
-	if cerr != nil {
-		return ctrl.Result{}, fmt.Errorf("reading back what is programmed: %w", cerr)
+	if err := r.report(ctx, ips, desired, programmed); err != nil {
+		return ctrl.Result{}, err
 	}
-	// An IP counts as attached only when the kernel has all of it: the
-	// address, forwarding to this very pod, and the way back.
-	// It counts as released only when none of it is left.
-	complete, present := map[string]bool{}, map[string]bool{}
-	for _, a := range programmed {
-		present[a.Address.String()] = true
-		if d, ok := wantByAddr(desired, a.Address); ok && d.PodIP == a.PodIP {
-			complete[a.Address.String()] = true
-		}
+	if claimErr != nil {
+		return ctrl.Result{}, claimErr
 	}
-	// Report: attached where the kernel has it, released where it does not.
-	for i := range ips.Items {
-		ip := &ips.Items[i]
-		switch {
-		case complete[ip.Status.Address] && want[ip.Status.Address] == ip && ip.Status.AttachedNode != r.Node:
-			err = r.report(ctx, ip, r.Node)
-		case ip.Status.AttachedNode == r.Node && want[ip.Status.Address] != ip && !present[ip.Status.Address]:
-			err = r.report(ctx, ip, "")
-		default:
+	return ctrl.Result{RequeueAfter: r.Resync}, nil
+}
+
+// startPass reads the Lease and registers the cancel of this pass's Apply
+// under mu (see there). done unregisters it.
+func (r *Reconciler) startPass(ctx context.Context) (applyCtx context.Context, held bool, done func()) {
+	applyCtx, cancel := context.WithCancel(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancelApply = cancel
+	return applyCtx, r.Lease.Held(), func() {
+		r.mu.Lock()
+		r.cancelApply = nil
+		r.mu.Unlock()
+		cancel()
+	}
+}
+
+func values(m map[string]netconf.Assignment) []netconf.Assignment {
+	out := make([]netconf.Assignment, 0, len(m))
+	for _, a := range m {
+		out = append(out, a)
+	}
+	return out
+}
+
+// reportFailures tells the user, per IP, what the kernel refused.
+func (r *Reconciler) reportFailures(ips []*ipv1.IP, desired map[string]netconf.Assignment, report netconf.Report) {
+	for _, ip := range ips {
+		a, ok := desired[ip.Name]
+		if !ok {
 			continue
 		}
-		if err != nil {
-			return ctrl.Result{}, err
+		if aerr := report.Errors[a.Address]; aerr != nil {
+			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, "AttachFailed", "Attach",
+				"Node %s could not attach %s: %v", r.Node, a.Address, aerr)
 		}
 	}
-	return ctrl.Result{RequeueAfter: r.Resync}, err
-}
-
-func wantByAddr(desired []netconf.Assignment, addr netip.Addr) (netconf.Assignment, bool) {
-	for _, d := range desired {
-		if d.Address == addr {
-			return d, true
-		}
-	}
-	return netconf.Assignment{}, false
-}
-
-// assignment is what the node must program for an IP, if anything: the IP
-// is placed here, no other node is attached, and its holder pod runs here
-// with an address.
-func (r *Reconciler) assignment(ctx context.Context, ip *ipv1.IP) (netconf.Assignment, bool) {
-	if ip.Status.Node != r.Node || (ip.Status.AttachedNode != "" && ip.Status.AttachedNode != r.Node) {
-		return netconf.Assignment{}, false
-	}
-	addr, err := netip.ParseAddr(ip.Status.Address)
-	if err != nil {
-		return netconf.Assignment{}, false
-	}
-	ns, name, ok := strings.Cut(ip.Status.Pod, "/")
-	if !ok {
-		return netconf.Assignment{}, false
-	}
-	pod := &corev1.Pod{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil || pod.Spec.NodeName != r.Node {
-		return netconf.Assignment{}, false
-	}
-	podIP, err := podAddr(pod, addr.Is4())
-	if err != nil {
-		return netconf.Assignment{}, false
-	}
-	return netconf.Assignment{Address: addr, PodIP: podIP, Interface: r.Interface}, true
-}
-
-// podAddr is the pod's address of the IP's family.
-func podAddr(pod *corev1.Pod, v4 bool) (netip.Addr, error) {
-	for _, p := range pod.Status.PodIPs {
-		if a, err := netip.ParseAddr(p.IP); err == nil && a.Is4() == v4 {
-			return a, nil
-		}
-	}
-	return netip.Addr{}, fmt.Errorf("pod %s/%s has no address of that family", pod.Namespace, pod.Name)
-}
-
-// report writes status.attachedNode, conditional on the version read: if
-// the controller moved the IP meanwhile, the next reconcile sees that.
-func (r *Reconciler) report(ctx context.Context, ip *ipv1.IP, node string) error {
-	orig := ip.DeepCopy()
-	ip.Status.AttachedNode = node
-	err := r.Status().Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		r.poke()
-		return nil
-	}
-	if err == nil {
-		ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node)
-	}
-	return err
 }
 
 // Fence removes everything at once; the heartbeat calls it when the Lease
-// lapses.
+// lapses. It cancels the Apply in flight and does not wait for it: the
+// Dataplane refuses what that Apply would still add.
 func (r *Reconciler) Fence() {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.cancelApply != nil {
+		r.cancelApply()
+	}
+	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := r.Dataplane.Flush(ctx); err != nil {
+	if err := r.Dataplane.Fence(ctx); err != nil {
 		ctrl.Log.WithName("ip-agent").Error(err, "Fencing: removing the node's static IPs failed")
 	}
+	r.poke()
+}
+
+// Regained is called when the heartbeat Lease is held again.
+func (r *Reconciler) Regained() {
+	r.Dataplane.Unfence()
 	r.poke()
 }
 
@@ -236,5 +217,71 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Regained is called when the heartbeat Lease is held again.
-func (r *Reconciler) Regained() { r.poke() }
+// assignment is what the node must program for an IP, if anything: its
+// holder pod runs here, with an address, and not on the host network.
+func (r *Reconciler) assignment(ctx context.Context, ip *ipv1.IP) (netconf.Assignment, bool) {
+	addr, err := netip.ParseAddr(ip.Status.Address)
+	if err != nil {
+		return netconf.Assignment{}, false
+	}
+	ns, name, ok := strings.Cut(ip.Status.Pod, "/")
+	if !ok {
+		return netconf.Assignment{}, false
+	}
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil || pod.Spec.NodeName != r.Node {
+		return netconf.Assignment{}, false
+	}
+	if pod.Spec.HostNetwork {
+		r.warnHostNetwork(ctx, ip, pod)
+		return netconf.Assignment{}, false
+	}
+	podIP, err := podAddr(pod, addr.Is4())
+	if err != nil {
+		return netconf.Assignment{}, false
+	}
+	return netconf.Assignment{Address: addr, PodIP: podIP, Interface: r.Interface}, true
+}
+
+// warnHostNetwork reports, once per IP and pod, that a holder on the host
+// network is not attached: its address is the node's, so translating it
+// would send all of the node's traffic as the static IP. The controller
+// refuses such holders too; this is the node's own check.
+func (r *Reconciler) warnHostNetwork(ctx context.Context, ip *ipv1.IP, pod *corev1.Pod) {
+	if _, seen := r.warned.LoadOrStore(string(ip.UID)+"/"+string(pod.UID), true); seen {
+		return
+	}
+	ctrl.LoggerFrom(ctx).Info("Not attaching to a pod on the host network", "ip", ip.Name, "pod", ip.Status.Pod)
+	r.Recorder.Eventf(ip, pod, corev1.EventTypeWarning, "HostNetworkPod", "Attach",
+		"Node %s will not attach %s to pod %s: the pod uses the host network, so the node's own traffic would leave as %s",
+		r.Node, ip.Status.Address, ip.Status.Pod, ip.Status.Address)
+}
+
+// podAddr is the pod's address of the IP's family.
+func podAddr(pod *corev1.Pod, v4 bool) (netip.Addr, error) {
+	for _, p := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(p.IP); err == nil && a.Is4() == v4 {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("pod %s/%s has no address of that family", pod.Namespace, pod.Name)
+}
+
+// patchStatus writes attachedNode and attachedPod, conditional on the
+// version read: if the controller changed the IP meanwhile, nothing is
+// written and the next reconcile reads it again. ip is updated on success.
+func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod string) (bool, error) {
+	changed := ip.DeepCopy()
+	changed.Status.AttachedNode, changed.Status.AttachedPod = node, pod
+	err := r.Status().Patch(ctx, changed, client.MergeFromWithOptions(ip, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		r.poke()
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reporting IP %s attached to node %q pod %q: %w", ip.Name, node, pod, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod)
+	*ip = *changed
+	return true, nil
+}

@@ -30,7 +30,15 @@ type fixture struct {
 	id  string
 }
 
+// newFixture also checks, when the test ends, that the agent kept the
+// protocol throughout (see fakeDataplane).
 func newFixture(t *testing.T) *fixture {
+	before := len(dp.protocolViolations())
+	t.Cleanup(func() {
+		if v := dp.protocolViolations()[before:]; len(v) > 0 {
+			t.Errorf("protocol violations: %q", v)
+		}
+	})
 	return &fixture{t: t, g: NewWithT(t), ctx: context.Background(), id: rand.String(5)}
 }
 
@@ -87,6 +95,22 @@ func (f *fixture) attachedNode(name string) func() string {
 	}
 }
 
+// attachedPod is the IP's status.attachedPod as the API server has it.
+func (f *fixture) attachedPod(name string) func() string {
+	return func() string {
+		ip := &ipv1.IP{}
+		f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+		return ip.Status.AttachedPod
+	}
+}
+
+// holder is the IP's status.pod.
+func (f *fixture) holder(name string) string {
+	ip := &ipv1.IP{}
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	return ip.Status.Pod
+}
+
 // placedHere creates an IP placed on this node, with its holder pod
 // running here with podIP.
 func (f *fixture) placedHere(name, addr, podIP string) string {
@@ -100,7 +124,8 @@ func (f *fixture) placedHere(name, addr, podIP string) string {
 func (f *fixture) attached(name, addr, podIP string) string {
 	f.t.Helper()
 	ip := f.placedHere(name, addr, podIP)
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
+	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 	return ip
 }
 
@@ -117,7 +142,8 @@ func TestAttachesAnIPPlacedHere(t *testing.T) {
 
 	want := assignment("192.0.2.11", "10.244.1.11")
 	f.g.Eventually(dp.lastApplied, waitFor).Should(ContainElement(want))
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
+	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
 }
 
@@ -166,7 +192,8 @@ func TestTakesOverOnlyAfterTheOtherNodeReleased(t *testing.T) {
 	f.g.Consistently(func() bool { return dp.everApplied(want.Address) }, quiet, 100*time.Millisecond).Should(BeFalse())
 
 	f.setStatus(ip, func(s *ipv1.IPStatus) { s.AttachedNode = "" }) // the other agent releases it
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(pod))
+	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
 }
 
@@ -185,8 +212,11 @@ func TestReleasesAnIPThatMovedAway(t *testing.T) {
 	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode),
 		"released while the kernel still had the address")
 
+	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty(), "the kernel no longer forwards to the pod")
+
 	release()
 	f.g.Eventually(f.attachedNode(ip), waitFor).Should(BeEmpty())
+	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty())
 	f.g.Expect(dp.programmed(addr)).To(BeZero())
 }
 
@@ -216,12 +246,14 @@ func TestAnswersForNothingWithoutTheLease(t *testing.T) {
 
 	lease.held.Store(true)
 	agent.Regained()
-	f.g.Eventually(f.attachedNode(before), waitFor).Should(Equal(thisNode))
-	f.g.Eventually(f.attachedNode(during), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(before), waitFor).Should(Equal(f.holder(before)))
+	f.g.Eventually(f.attachedPod(during), waitFor).Should(Equal(f.holder(during)))
 }
 
 // An address the kernel has but forwarding to another pod address than the
-// holder's is not reported attached, nor is the report withdrawn.
+// holder's is claimed (the node may answer for it) but not confirmed:
+// attachedPod stays empty. Drift after the confirmation withdraws
+// attachedPod, never attachedNode while part of it is left.
 func TestPartialProgrammingIsNotReported(t *testing.T) {
 	f := newFixture(t)
 	addr := netip.MustParseAddr("192.0.2.18")
@@ -229,16 +261,20 @@ func TestPartialProgrammingIsNotReported(t *testing.T) {
 	ip := f.placedHere("ip", addr.String(), "10.244.1.18")
 
 	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
-	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(BeEmpty())
+	f.g.Consistently(func(g Gomega) {
+		g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
+		g.Expect(f.attachedPod(ip)()).To(BeEmpty())
+	}, quiet, 100*time.Millisecond).Should(Succeed())
 
 	fix()
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
 
-	// Drift after the report: not withdrawn while part of it is left.
 	fix = dp.forwardElsewhere(t, addr, netip.MustParseAddr("10.244.9.9"))
 	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(BeEmpty())
 	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode))
 	fix()
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
 }
 
 // An address the kernel refuses is reported to the user as a Warning
@@ -254,10 +290,10 @@ func TestReportsAttachFailures(t *testing.T) {
 		HaveField("Reason", "AttachFailed"),
 		HaveField("Note", "Node node-a could not attach 192.0.2.19: address configured by someone else on eth-test"),
 	)))
-	f.g.Expect(f.attachedNode(ip)()).To(BeEmpty())
+	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty())
 
 	fix()
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
+	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
 }
 
 // ipEvents are the Events about an IP (cluster-scoped objects' Events are

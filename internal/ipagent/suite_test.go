@@ -2,9 +2,12 @@ package ipagent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,7 +46,7 @@ var (
 	k8s    client.Client // direct, uncached
 	scheme = runtime.NewScheme()
 	agent  *Reconciler
-	dp     = newFakeDataplane()
+	dp     = newFakeDataplane(thisNode)
 	lease  = &fakeLease{}
 	// testEnv is the API server, for tests that need their own clients.
 	testEnv *testenv.Env
@@ -78,7 +81,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	}
 	lease.held.Store(true)
 	agent = &Reconciler{
-		Client:    mgr.GetClient(),
+		Client:    checkedClient{Client: mgr.GetClient(), d: dp},
 		Recorder:  mgr.GetEventRecorder("ip-agent"),
 		Node:      thisNode,
 		Dataplane: dp,
@@ -99,12 +102,20 @@ type fakeLease struct{ held atomic.Bool }
 func (l *fakeLease) Held() bool { return l.held.Load() }
 
 // fakeDataplane stands in for the node's kernel: Current reports what
-// Apply programmed, except where a test makes the kernel misbehave.
+// Apply programmed, except where a test makes the kernel misbehave. It
+// also checks the agent's protocol as it goes, against the API server
+// itself (not a cache): every address an Apply programs is claimed by the
+// node in attachedNode, every attachedPod written is forwarded to by the
+// kernel, and every release finds nothing of the address left.
 type fakeDataplane struct {
+	node    string
 	mu      sync.Mutex
 	kernel  map[netip.Addr]netconf.Assignment
 	applied [][]netconf.Assignment // desired of every Apply, in order
 	flushes int
+	fenced  bool
+	// violations of the protocol seen so far.
+	violations []string
 
 	// failing addresses cannot be programmed: Apply reports the error.
 	failing map[netip.Addr]error
@@ -116,8 +127,9 @@ type fakeDataplane struct {
 	wrongPod map[netip.Addr]netip.Addr
 }
 
-func newFakeDataplane() *fakeDataplane {
+func newFakeDataplane(node string) *fakeDataplane {
 	return &fakeDataplane{
+		node:      node,
 		kernel:    map[netip.Addr]netconf.Assignment{},
 		failing:   map[netip.Addr]error{},
 		lingering: map[netip.Addr]bool{},
@@ -125,7 +137,8 @@ func newFakeDataplane() *fakeDataplane {
 	}
 }
 
-func (d *fakeDataplane) Apply(_ context.Context, desired []netconf.Assignment) (netconf.Report, error) {
+func (d *fakeDataplane) Apply(ctx context.Context, desired []netconf.Assignment) (netconf.Report, error) {
+	d.checkClaimed(ctx, desired)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.applied = append(d.applied, slices.Clone(desired))
@@ -137,6 +150,10 @@ func (d *fakeDataplane) Apply(_ context.Context, desired []netconf.Assignment) (
 		}
 	}
 	for _, a := range desired {
+		if d.fenced {
+			report.Errors[a.Address] = errors.New("fenced")
+			continue
+		}
 		if err := d.failing[a.Address]; err != nil {
 			report.Errors[a.Address] = err
 			continue
@@ -156,12 +173,110 @@ func (d *fakeDataplane) Current() ([]netconf.Assignment, error) {
 	return slices.Collect(maps.Values(d.kernel)), nil
 }
 
-func (d *fakeDataplane) Flush(context.Context) error {
+func (d *fakeDataplane) Fence(context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.flushes++
+	d.fenced = true
 	d.kernel = map[netip.Addr]netconf.Assignment{}
 	return nil
+}
+
+func (d *fakeDataplane) Unfence() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fenced = false
+}
+
+func (d *fakeDataplane) violate(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.violations = append(d.violations, fmt.Sprintf(format, args...))
+}
+
+// protocolViolations are the violations seen so far.
+func (d *fakeDataplane) protocolViolations() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.violations)
+}
+
+// checkClaimed records a violation for every desired address whose IP
+// does not name this node in attachedNode on the API server. An IP that is
+// gone is not checked (the cache may still have it; it had a claim).
+func (d *fakeDataplane) checkClaimed(ctx context.Context, desired []netconf.Assignment) {
+	if len(desired) == 0 {
+		return
+	}
+	ips := &ipv1.IPList{}
+	if err := k8s.List(ctx, ips); err != nil {
+		d.violate("listing IPs: %v", err)
+		return
+	}
+	for _, a := range desired {
+		found, claimed := false, false
+		for _, ip := range ips.Items {
+			if ip.Status.Address == a.Address.String() {
+				found = true
+				claimed = claimed || ip.Status.AttachedNode == d.node
+			}
+		}
+		if found && !claimed {
+			d.violate("%s programmed before %s claimed it", a.Address, d.node)
+		}
+	}
+}
+
+// checkedClient is the agent's client, with its status writes checked
+// by d (checkAttachedPod) before they are sent.
+type checkedClient struct {
+	client.Client
+	d *fakeDataplane
+}
+
+func (c checkedClient) Status() client.SubResourceWriter {
+	return checkedStatus{SubResourceWriter: c.Client.Status(), d: c.d}
+}
+
+type checkedStatus struct {
+	client.SubResourceWriter
+	d *fakeDataplane
+}
+
+func (s checkedStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if ip, ok := obj.(*ipv1.IP); ok {
+		s.d.checkAttachedPod(ctx, ip)
+	}
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// checkAttachedPod: attachedPod is written only once the kernel forwards
+// the address to that pod, and a release only once the kernel has nothing
+// of the address.
+func (d *fakeDataplane) checkAttachedPod(ctx context.Context, ip *ipv1.IP) {
+	addr, _ := netip.ParseAddr(ip.Status.Address)
+	have, present := d.programmed(addr), d.present(addr)
+	switch {
+	case ip.Status.AttachedNode == "" && present:
+		d.violate("%s released while the kernel has %v", ip.Name, have)
+	case ip.Status.AttachedPod != "":
+		ns, name, _ := strings.Cut(ip.Status.AttachedPod, "/")
+		pod := &corev1.Pod{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
+			d.violate("%s: attachedPod %s: %v", ip.Name, ip.Status.AttachedPod, err)
+			return
+		}
+		if have.PodIP.String() != pod.Status.PodIP {
+			d.violate("%s: attachedPod %s (%s) written while the kernel has %v", ip.Name, ip.Status.AttachedPod, pod.Status.PodIP, have)
+		}
+	}
+}
+
+func (d *fakeDataplane) present(addr netip.Addr) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.kernel[addr]
+	return ok
 }
 
 // lastApplied is what the last Apply was asked to program.

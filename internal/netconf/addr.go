@@ -56,8 +56,8 @@ func (a hostAddr) ownedBy(linkName string) bool {
 	return a.IP.Is4() && a.Label != "" && a.Label == addrLabel(linkName)
 }
 
-func (d *Dataplane) links() (linkSet, error) {
-	ls, err := d.nl.LinkList()
+func (k *kernel) links() (linkSet, error) {
+	ls, err := k.nl.LinkList()
 	if err != nil {
 		return linkSet{}, fmt.Errorf("list interfaces: %w", err)
 	}
@@ -70,14 +70,14 @@ func (d *Dataplane) links() (linkSet, error) {
 }
 
 // listAddresses dumps every address of the namespace, marking kubext's.
-func (d *Dataplane) listAddresses(links linkSet) ([]hostAddr, error) {
+func (k *kernel) listAddresses(links linkSet) ([]hostAddr, error) {
 	var (
 		msgs [][]byte
 		err  error
 	)
 	for attempt := 1; ; attempt++ {
 		req := nl.NewNetlinkRequest(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-		req.Sockets = d.rt
+		req.Sockets = k.rt
 		req.AddData(nl.NewIfAddrmsg(unix.AF_UNSPEC))
 		msgs, err = req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWADDR)
 		if err == nil {
@@ -144,24 +144,26 @@ func parseAddr(m []byte) (hostAddr, error) {
 // once; its uniqueness is the API server's job) and are deprecated
 // (preferred lifetime 0), so the node never picks them as the source of
 // its own traffic; IPv4 /32s are not chosen for other destinations anyway.
-func (d *Dataplane) addAddress(ip netip.Addr, link linkInfo) error {
-	return d.writeAddress(ip, link, false)
+func (k *kernel) addAddress(adm pass, ip netip.Addr, link linkInfo) error {
+	return adm.add(func() error { return k.writeAddress(ip, link, false) })
 }
 
 // writeAddress adds the address, or with replace rewrites an existing one,
-// which restarts its lifetime.
-func (d *Dataplane) writeAddress(ip netip.Addr, link linkInfo, replace bool) error {
+// which restarts its lifetime. Note that the kernel creates a missing IPv4
+// address even when asked to replace: Refresh must not rewrite an address
+// Apply removed since it was read (Dataplane.refreshMu).
+func (k *kernel) writeAddress(ip netip.Addr, link linkInfo, replace bool) error {
 	op := unix.NLM_F_CREATE | unix.NLM_F_EXCL | unix.NLM_F_ACK
 	if replace {
 		op = unix.NLM_F_REPLACE | unix.NLM_F_ACK
 	}
 	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, op)
-	req.Sockets = d.rt
+	req.Sockets = k.rt
 	addAddrHeader(req, ip, link.Index)
 	flags := uint32(unix.IFA_F_NOPREFIXROUTE)
 	valid := uint32(math.MaxUint32) // forever
-	if d.opts.AddressLifetime > 0 {
-		valid = uint32(d.opts.AddressLifetime / time.Second)
+	if k.opts.AddressLifetime > 0 {
+		valid = uint32(k.opts.AddressLifetime / time.Second)
 	}
 	if ip.Is6() {
 		flags |= unix.IFA_F_NODAD
@@ -184,9 +186,9 @@ func (d *Dataplane) writeAddress(ip netip.Addr, link linkInfo, replace bool) err
 }
 
 // delAddress removes a; an address that is already gone is not an error.
-func (d *Dataplane) delAddress(a hostAddr) error {
+func (k *kernel) delAddress(a hostAddr) error {
 	req := nl.NewNetlinkRequest(unix.RTM_DELADDR, unix.NLM_F_ACK)
-	req.Sockets = d.rt
+	req.Sockets = k.rt
 	addAddrHeader(req, a.IP, a.LinkIndex)
 	if a.Proto != 0 {
 		// Kernels that know IFA_PROTO delete only an address with it.
@@ -217,9 +219,9 @@ func addAddrHeader(req *nl.NetlinkRequest, ip netip.Addr, link int) {
 }
 
 // read collects what kubext has programmed.
-func (d *Dataplane) read(links linkSet) (state, error) {
+func (k *kernel) read(links linkSet) (state, error) {
 	cur := state{foreign: map[netip.Addr]string{}, rules: map[ruleSpec]bool{}}
-	addrs, err := d.listAddresses(links)
+	addrs, err := k.listAddresses(links)
 	if err != nil {
 		return cur, err
 	}
@@ -230,10 +232,10 @@ func (d *Dataplane) read(links linkSet) (state, error) {
 			cur.foreign[a.IP] = links.name(a.LinkIndex)
 		}
 	}
-	if cur.nat, _, err = d.readNAT(); err != nil {
+	if cur.nat, _, err = k.readNAT(); err != nil {
 		return cur, err
 	}
-	rules, err := d.ownedRules()
+	rules, err := k.ownedRules()
 	if err != nil {
 		return cur, err
 	}

@@ -186,8 +186,10 @@ func unsolicitedNA(hw net.HardwareAddr, ip netip.Addr) ([]byte, error) {
 type announcement struct{ cancel context.CancelFunc }
 
 // announce sends the first announcement of each address the plan
-// announces, and starts the schedule of the rest.
-func (d *Dataplane) announce(p *plan) {
+// announces, and starts the schedule of the rest. Every announcement is
+// an add: a fenced or flushed node does not claim an address it no longer
+// has.
+func (d *Dataplane) announce(adm pass, p *plan) {
 	desired := map[netip.Addr]bool{}
 	for _, t := range slices.Concat(p.added, p.updated, p.unchanged) {
 		desired[t.Address] = !p.dropped[t.Address]
@@ -201,7 +203,7 @@ func (d *Dataplane) announce(p *plan) {
 		if !desired[t.Address] {
 			continue
 		}
-		if err := d.startAnnouncing(t); err != nil {
+		if err := d.startAnnouncing(adm, t); err != nil {
 			d.unannounced[t.Address] = true
 			p.failAnnouncement(t.Address, err)
 			continue
@@ -212,13 +214,13 @@ func (d *Dataplane) announce(p *plan) {
 
 // startAnnouncing announces t now and schedules the repeats, replacing a
 // schedule already running for the address.
-func (d *Dataplane) startAnnouncing(t target) error {
+func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 	d.stopAnnouncing(t.Address)
 	s, err := openSender(d.ns, t.Address, t.link)
 	if err != nil {
 		return err
 	}
-	if err := s.send(); err != nil {
+	if err := adm.add(s.send); err != nil {
 		_ = s.Close()
 		return err
 	}
@@ -229,6 +231,7 @@ func (d *Dataplane) startAnnouncing(t target) error {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithCancel(d.bg)
+	adm = adm.detached(ctx)
 	a := &announcement{cancel: cancel}
 	d.announcing[t.Address] = a
 	d.wg.Add(1)
@@ -247,7 +250,11 @@ func (d *Dataplane) startAnnouncing(t target) error {
 				return
 			case <-timer.C:
 			}
-			if err := s.send(); err != nil {
+			err := adm.add(s.send)
+			switch {
+			case errors.Is(err, ErrFenced) || errors.Is(err, errFlushed):
+				return
+			case err != nil:
 				d.log.Error(err, "announcement failed", "address", t.Address, "interface", t.link.Name)
 			}
 		}

@@ -86,7 +86,7 @@ func ipAddr(ip net.IP) netip.Addr {
 
 // flushConntrack deletes the selected flows, one conntrack dump per
 // family.
-func (d *Dataplane) flushConntrack(s *staleFlows) error {
+func (k *kernel) flushConntrack(s *staleFlows) error {
 	f := s.families()
 	var errs []error
 	for _, fam := range []struct {
@@ -96,13 +96,13 @@ func (d *Dataplane) flushConntrack(s *staleFlows) error {
 		if !fam.use {
 			continue
 		}
-		n, err := d.nl.ConntrackDeleteFilters(netlink.ConntrackTable, fam.family, s)
+		n, err := k.nl.ConntrackDeleteFilters(netlink.ConntrackTable, fam.family, s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("delete conntrack entries: %w", err))
 			continue
 		}
 		if n > 0 {
-			d.log.V(1).Info("deleted conntrack entries", "count", n, "family", fam.family)
+			k.log.V(1).Info("deleted conntrack entries", "count", n, "family", fam.family)
 		}
 	}
 	return errors.Join(errs...)

@@ -44,6 +44,15 @@
 //     uplink: Options.RouteTableBase + the uplink's interface index). Routes
 //     and rules also carry the protocol [AddressProtocol].
 //
+// # Fencing
+//
+// Fence removes everything at once without waiting for an Apply under way,
+// and refuses every later add until Unfence; an Apply that was under way
+// adds nothing, even after Unfence (fence.go has the argument). Refresh
+// never waits for an Apply either. With Options.AddressLifetime the kernel
+// itself removes addresses and NAT map elements that are not refreshed in
+// time, which covers an agent too frozen to fence.
+//
 // Only one Dataplane (one agent) may program a network namespace. A new
 // Dataplane announces every address again on its first Apply, since it
 // cannot know whether the process before it finished announcing.

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -93,11 +94,12 @@ type Options struct {
 	Announcements []time.Duration
 
 	// AddressLifetime, when set (whole seconds), makes the kernel itself
-	// remove kubext's addresses that long after they were last added or
-	// refreshed (Refresh). The agent refreshes on every heartbeat renewal,
-	// so an agent killed without the chance to fence (SIGKILL, OOM) stops
-	// answering on its own instead of keeping the address for ever. Zero
-	// keeps addresses until they are removed.
+	// remove kubext's addresses, and the elements of its NAT maps, that
+	// long after they were last added or refreshed (Refresh). The agent
+	// refreshes on every heartbeat renewal, so an agent killed or frozen
+	// without the chance to fence (SIGKILL, OOM, SIGSTOP, CPU starvation)
+	// stops answering and stops translating on its own instead of keeping
+	// the address for ever. Zero keeps them until they are removed.
 	AddressLifetime time.Duration
 
 	// Log receives what the Dataplane changes. Default: discard.
@@ -179,23 +181,29 @@ func (r Report) Changed() bool {
 }
 
 // Dataplane programs the static IPs of one node into one network namespace.
-// Its methods may be called from several goroutines; they run one at a time.
+// Its methods may be called from several goroutines. Applies and Currents
+// run one at a time; Refresh, Flush and Fence never wait for them (see
+// fence.go).
 type Dataplane struct {
-	opts Options
-	log  logr.Logger
-	ns   netns.NsHandle
-	nl   *netlink.Handle
-	// rt is a raw route netlink socket: the netlink library neither sets
-	// nor reports the address protocol (IFA_PROTO).
-	rt  map[int]*nl.SocketHandle
-	nft *nftables.Conn
+	// kernel holds the connections of Apply and Current.
+	*kernel
+	// refresher and fencer have connections of their own, so that Refresh
+	// and Fence run while an Apply is under way.
+	refresher, fencer *kernel
+	gate              fenceGate
+	// refreshMu keeps Refresh's read-then-rewrite apart from Apply's
+	// removals and NAT changes: a refresh that read an address or map
+	// element before Apply removed or changed it would otherwise put the
+	// old one back.
+	refreshMu sync.Mutex
+	flushMu   sync.Mutex
+	closed    atomic.Bool
 
 	mu sync.Mutex
 	// applied is false until the first Apply: a fresh process cannot know
 	// whether the one before it finished announcing, so the first Apply
 	// announces every address again.
 	applied bool
-	closed  bool
 	// unannounced are addresses whose announcement failed; the next Apply
 	// retries them.
 	unannounced map[netip.Addr]bool
@@ -203,6 +211,24 @@ type Dataplane struct {
 	bg          context.Context
 	stopBG      context.CancelFunc
 	wg          sync.WaitGroup
+	// beforeWrites, when set (tests), runs in Apply after the kernel was
+	// read and before anything is written.
+	beforeWrites func()
+}
+
+// kernel is one set of connections to the namespace's kernel. Each user
+// that may run at the same time as another (Apply, Refresh, Fence) has
+// its own: netlink sockets and an nftables.Conn are not safe for
+// concurrent use.
+type kernel struct {
+	opts Options
+	log  logr.Logger
+	ns   netns.NsHandle // owned by the Dataplane
+	nl   *netlink.Handle
+	// rt is a raw route netlink socket: the netlink library neither sets
+	// nor reports the address protocol (IFA_PROTO).
+	rt  map[int]*nl.SocketHandle
+	nft *nftables.Conn
 }
 
 // New opens the network namespace and the netlink and nftables connections.
@@ -217,90 +243,132 @@ func New(opts Options) (*Dataplane, error) {
 		return nil, fmt.Errorf("netconf: open network namespace: %w", err)
 	}
 	d := &Dataplane{
-		opts:        opts,
-		log:         opts.Log,
-		ns:          ns,
 		unannounced: map[netip.Addr]bool{},
 		announcing:  map[netip.Addr]*announcement{},
 	}
 	d.bg, d.stopBG = context.WithCancel(context.Background())
-	if d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER); err != nil {
-		d.closeHandles()
+	for _, k := range []**kernel{&d.kernel, &d.refresher, &d.fencer} {
+		if *k, err = openKernel(opts, ns); err != nil {
+			d.closeHandles()
+			_ = ns.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func openKernel(opts Options, ns netns.NsHandle) (*kernel, error) {
+	k := &kernel{opts: opts, log: opts.Log, ns: ns}
+	var err error
+	if k.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER); err != nil {
 		return nil, fmt.Errorf("netconf: netlink: %w", err)
 	}
 	sock, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
-		d.closeHandles()
+		k.close()
 		return nil, fmt.Errorf("netconf: route netlink socket: %w", err)
 	}
-	d.rt = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}
-	if d.nft, err = nftables.New(nftables.WithNetNSFd(int(ns))); err != nil {
-		d.closeHandles()
+	k.rt = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}
+	if k.nft, err = nftables.New(nftables.WithNetNSFd(int(ns))); err != nil {
+		k.close()
 		return nil, fmt.Errorf("netconf: nftables: %w", err)
 	}
-	return d, nil
+	return k, nil
+}
+
+func (k *kernel) close() {
+	if k.nl != nil {
+		k.nl.Close()
+	}
+	if sh, ok := k.rt[unix.NETLINK_ROUTE]; ok {
+		sh.Socket.Close()
+	}
+	if k.nft != nil {
+		_ = k.nft.CloseLasting()
+	}
 }
 
 // Close stops pending announcements and releases the connections. It
 // leaves the kernel as it is: a restarted agent finds its state there.
 func (d *Dataplane) Close() error {
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
+	if d.closed.Swap(true) {
 		return nil
 	}
-	d.closed = true
 	d.stopBG()
-	d.mu.Unlock()
 	d.wg.Wait()
+	// Wait for whatever is still using the connections.
+	d.mu.Lock()
+	d.refreshMu.Lock()
+	d.flushMu.Lock()
+	defer d.mu.Unlock()
+	defer d.refreshMu.Unlock()
+	defer d.flushMu.Unlock()
+	ns := d.ns
 	d.closeHandles()
+	if ns.IsOpen() {
+		_ = ns.Close()
+	}
 	return nil
 }
 
 func (d *Dataplane) closeHandles() {
-	if d.nl != nil {
-		d.nl.Close()
-	}
-	if sh, ok := d.rt[unix.NETLINK_ROUTE]; ok {
-		sh.Socket.Close()
-	}
-	if d.ns.IsOpen() {
-		_ = d.ns.Close()
+	for _, k := range []*kernel{d.kernel, d.refresher, d.fencer} {
+		if k != nil {
+			k.close()
+		}
 	}
 }
 
+func (d *Dataplane) isClosed() bool { return d.closed.Load() }
+
 var errClosed = errors.New("netconf: dataplane is closed")
 
-// Refresh restarts the lifetime of every address kubext has on the node
-// (see Options.AddressLifetime). It changes nothing else.
+// Refresh restarts the lifetime of every address kubext has on the node,
+// and the timeout of every element of its NAT maps (see
+// Options.AddressLifetime). It changes nothing else, never waits for an
+// Apply, and adds nothing once the dataplane is fenced.
 func (d *Dataplane) Refresh() error {
 	if d.opts.AddressLifetime == 0 {
 		return nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	if d.isClosed() {
 		return errClosed
 	}
-	links, err := d.links()
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	// Issued before reading: a Fence after this voids the rewrites.
+	adm := d.gate.issue(context.Background())
+	if err := adm.valid(); err != nil {
+		return err
+	}
+	return d.refresher.refresh(adm)
+}
+
+// refresh rewrites what it finds, as it finds it; each rewrite is an add.
+func (k *kernel) refresh(adm pass) error {
+	links, err := k.links()
 	if err != nil {
 		return fmt.Errorf("netconf: %w", err)
 	}
-	cur, err := d.read(links)
+	addrs, err := k.listAddresses(links)
 	if err != nil {
 		return fmt.Errorf("netconf: %w", err)
 	}
 	var errs []error
-	for _, a := range cur.addrs {
+	for _, a := range addrs {
 		link, ok := links.byIndex[a.LinkIndex]
-		if !ok {
+		if !a.owned || !ok {
 			continue
 		}
-		if err := d.writeAddress(a.IP, link, true); err != nil {
+		if err := adm.add(func() error { return k.writeAddress(a.IP, link, true) }); err != nil {
 			errs = append(errs, fmt.Errorf("refresh %s on %s: %w", a.IP, link.Name, err))
 		}
 	}
-	return errors.Join(errs...)
+	errs = append(errs, k.refreshNAT(adm))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("netconf: %w", err)
+	}
+	return nil
 }
 
 // Apply converges the kernel to desired: it adds what is missing, removes
@@ -309,13 +377,16 @@ func (d *Dataplane) Refresh() error {
 // changed or removed. It is idempotent: when the kernel is already as
 // desired it writes nothing. The error is non-nil when anything is not as
 // desired; the Report says what, per address. Addresses in desired must be
-// unique, and so must pod IPs.
+// unique, and so must pod IPs. Once ctx ends, or the dataplane is fenced or
+// flushed, the Apply adds nothing more.
 func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.isClosed() {
 		return Report{}, errClosed
 	}
+	// Issued before the kernel is read: a Fence from now on voids it.
+	adm := d.gate.issue(ctx)
 	links, err := d.links()
 	if err != nil {
 		return Report{}, fmt.Errorf("netconf: %w", err)
@@ -333,39 +404,11 @@ func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, er
 	if err := ctx.Err(); err != nil {
 		return Report{}, fmt.Errorf("netconf: %w", err)
 	}
-	// Stop answering for what goes away before anything else changes.
-	for _, a := range p.addrDel {
-		d.stopAnnouncing(a.IP)
-		if err := d.delAddress(a); err != nil {
-			p.fail(a.IP, fmt.Errorf("remove address from %s: %w", a.linkName, err))
-		}
+	if d.beforeWrites != nil {
+		d.beforeWrites()
 	}
-
-	// NAT before addresses, so an address leads to its pod from its first
-	// packet. An address without NAT would only black-hole traffic: if the
-	// table cannot be written, nothing is added.
-	var global []error
-	if err := d.writeNAT(p.nat); err != nil {
-		p.abandonAdds(err)
-		global = append(global, err)
-	} else {
-		if err := d.ensureForwarding(p.families); err != nil {
-			global = append(global, err)
-		}
-		global = append(global, d.syncRouting(p, mainRoutes)...)
-		for _, t := range p.addrAdd {
-			if p.dropped[t.Address] {
-				continue
-			}
-			if err := d.addAddress(t.Address, t.link); err != nil {
-				p.fail(t.Address, fmt.Errorf("add address to %s: %w", t.link.Name, err))
-			}
-		}
-	}
-	if err := d.flushConntrack(p.stale); err != nil {
-		global = append(global, err)
-	}
-	d.announce(p)
+	global := d.write(adm, p, mainRoutes)
+	d.announce(adm, p)
 	d.applied = true
 
 	r := p.finish()
@@ -376,15 +419,60 @@ func (d *Dataplane) Apply(ctx context.Context, desired []Assignment) (Report, er
 	return r, nil
 }
 
-// Current reads back from the kernel the addresses kubext has on this
-// node: each with the interface it is on and the pod its traffic goes to.
-// PodIP is invalid when no NAT mapping exists for the address (a partly
-// programmed address, repaired by the next Apply). This is what the agent
-// reports as attached: what is there, not what was intended.
+// write carries out the plan, except the announcements. It returns the
+// errors that concern no address in particular.
+func (d *Dataplane) write(adm pass, p *plan, mainRoutes []netlink.Route) []error {
+	// Stop answering for what goes away before anything else changes.
+	d.refreshMu.Lock()
+	for _, a := range p.addrDel {
+		d.stopAnnouncing(a.IP)
+		if err := d.delAddress(a); err != nil {
+			p.fail(a.IP, fmt.Errorf("remove address from %s: %w", a.linkName, err))
+		}
+	}
+	// NAT before addresses, so an address leads to its pod from its first
+	// packet. An address without NAT would only black-hole traffic: if the
+	// table cannot be written, nothing is added.
+	natErr := d.writeNAT(adm, p.nat)
+	d.refreshMu.Unlock()
+
+	var global []error
+	if natErr != nil {
+		p.abandonAdds(natErr)
+		global = append(global, natErr)
+	} else {
+		if err := d.ensureForwarding(p.families); err != nil {
+			global = append(global, err)
+		}
+		global = append(global, d.syncRouting(adm, p, mainRoutes)...)
+		for _, t := range p.addrAdd {
+			if p.dropped[t.Address] {
+				continue
+			}
+			if err := d.addAddress(adm, t.Address, t.link); err != nil {
+				p.fail(t.Address, fmt.Errorf("add address to %s: %w", t.link.Name, err))
+			}
+		}
+	}
+	if err := d.flushConntrack(p.stale); err != nil {
+		global = append(global, err)
+	}
+	return global
+}
+
+// Current reads back from the kernel every address kubext has a trace of
+// on this node. Interface is the interface the address is on ("" when
+// only NAT entries of it are left). PodIP is the pod only when the kernel
+// has all of the address's forwarding: the address on the interface, DNAT
+// to the pod, SNAT of the pod through that interface to the address, and
+// the pod's routing rule to the interface's table; otherwise it is invalid
+// (a partly programmed address, repaired by the next Apply, or one being
+// removed). This is what the agent reports: what is there, not what was
+// intended.
 func (d *Dataplane) Current() ([]Assignment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.isClosed() {
 		return nil, errClosed
 	}
 	links, err := d.links()
@@ -395,43 +483,32 @@ func (d *Dataplane) Current() ([]Assignment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("netconf: %w", err)
 	}
-	return cur.assignments(links), nil
+	return cur.assignments(links, d.opts.RouteTableBase), nil
 }
 
-// Flush removes everything kubext programmed in the namespace: addresses
-// first (the node stops answering at once), then their conntrack entries,
-// routing rules and routes, and the nftables table. It is the fencing step
-// of an agent that lost its lease, so it carries on past errors and
-// depends on nothing but the kernel's marks. Forwarding sysctls stay on.
-func (d *Dataplane) Flush(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
-		return errClosed
-	}
-	for addr := range d.announcing {
-		d.stopAnnouncing(addr)
-	}
-	clear(d.unannounced)
+// flush removes everything kubext programmed: addresses first (the node
+// stops answering at once), then conntrack entries, rules, routes and the
+// nftables table.
+func (k *kernel) flush(ctx context.Context) error {
 	var errs []error
-	stale := newStaleFlows(d.opts.ExcludeSNAT)
-	links, err := d.links()
+	stale := newStaleFlows(k.opts.ExcludeSNAT)
+	links, err := k.links()
 	if err != nil {
 		// Names only help recognise labels; the protocol mark suffices.
 		errs = append(errs, err)
 		links = newLinkSet()
 	}
-	addrs, err := d.listAddresses(links)
+	addrs, err := k.listAddresses(links)
 	errs = append(errs, err)
 	for _, a := range addrs {
 		if !a.owned {
 			continue
 		}
 		stale.add(a.IP, netip.Addr{})
-		if err := d.delAddress(a); err != nil {
+		if err := k.delAddress(a); err != nil {
 			errs = append(errs, fmt.Errorf("remove address %s from %s: %w", a.IP, a.linkName, err))
 		} else {
-			d.log.Info("removed static IP", "address", a.IP, "interface", a.linkName, "reason", "flush")
+			k.log.Info("removed static IP", "address", a.IP, "interface", a.linkName, "reason", "flush")
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -439,7 +516,7 @@ func (d *Dataplane) Flush(ctx context.Context) error {
 		// what fencing needs first.
 		return fmt.Errorf("netconf: flush: %w", errors.Join(append(errs, err)...))
 	}
-	nat, _, err := d.readNAT()
+	nat, _, err := k.readNAT()
 	errs = append(errs, err)
 	for a, pod := range nat.dnat {
 		stale.add(a, pod)
@@ -447,12 +524,13 @@ func (d *Dataplane) Flush(ctx context.Context) error {
 	for pod, a := range nat.snat {
 		stale.add(a, pod.Pod)
 	}
-	errs = append(errs, d.flushConntrack(stale))
-	_, ruleErrs := d.syncRules(nil)
-	_, routeErrs := d.syncTables(nil)
+	errs = append(errs, k.flushConntrack(stale))
+	// Rules are deleted, never added: the pass permits nothing.
+	_, ruleErrs := k.syncRules(pass{}, nil)
+	_, routeErrs := k.syncTables(pass{}, nil)
 	errs = append(errs, ruleErrs...)
 	errs = append(errs, routeErrs...)
-	errs = append(errs, d.deleteTable())
+	errs = append(errs, k.deleteTable())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("netconf: flush: %w", err)
 	}

@@ -38,7 +38,7 @@ func inNetNS(ns netns.NsHandle, fn func() error) error {
 // namespace being programmed only: DNAT hands packets for a static address
 // to a pod behind a veth, which is forwarding. Values already on are not
 // written.
-func (d *Dataplane) ensureForwarding(f families) error {
+func (k *kernel) ensureForwarding(f families) error {
 	var paths []string
 	if f.v4 {
 		paths = append(paths, "/proc/sys/net/ipv4/ip_forward")
@@ -49,7 +49,7 @@ func (d *Dataplane) ensureForwarding(f families) error {
 	if len(paths) == 0 {
 		return nil
 	}
-	return inNetNS(d.ns, func() error {
+	return inNetNS(k.ns, func() error {
 		for _, p := range paths {
 			cur, err := os.ReadFile(p)
 			if err != nil {
@@ -61,7 +61,7 @@ func (d *Dataplane) ensureForwarding(f families) error {
 			if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
 				return fmt.Errorf("enable forwarding: %w", err)
 			}
-			d.log.Info("enabled forwarding", "sysctl", strings.TrimPrefix(p, "/proc/sys/"))
+			k.log.Info("enabled forwarding", "sysctl", strings.TrimPrefix(p, "/proc/sys/"))
 		}
 		return nil
 	})

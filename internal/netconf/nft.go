@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -30,6 +31,14 @@ import (
 //	    ip daddr <excluded> return ...
 //	    snat ip to ip saddr . oif map @snat4; snat ip6 to ip6 saddr . oif map @snat6 }
 //	}
+//
+// With Options.AddressLifetime, the maps have timeouts (flags timeout) and
+// every element expires that long after it was added or last refreshed,
+// like the addresses: an agent that is frozen or killed before it could
+// fence stops translating for a pod address that may by then belong to
+// another pod. The routing rules of the pods have no timeout; a rule left
+// without its SNAT element is harmless, since the pod's traffic then
+// leaves with the pod's own address, never the static one.
 //
 // Every rule carries a comment naming it and the version of this layout;
 // when the comments read back differ from what this code writes (first
@@ -82,9 +91,10 @@ type ruleset struct {
 	rules  []*nftables.Rule
 }
 
-// buildRuleset builds the table's chains, maps and rules. Pure: the
-// kernel is not touched.
-func buildRuleset(tableName string, exclude []netip.Prefix) *ruleset {
+// buildRuleset builds the table's chains, maps and rules; the maps'
+// elements can time out when timeouts is true. Pure: the kernel is not
+// touched.
+func buildRuleset(tableName string, exclude []netip.Prefix, timeouts bool) *ruleset {
 	t := &nftables.Table{Name: tableName, Family: nftables.TableFamilyINet}
 	rs := &ruleset{table: t, dnat: map[string]*nftables.Set{}, snat: map[string]*nftables.Set{}}
 	prerouting := &nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookPrerouting, Priority: &dnatChainPriority}
@@ -97,9 +107,9 @@ func buildRuleset(tableName string, exclude []netip.Prefix) *ruleset {
 	id := uint32(0)
 	for _, f := range []ipFamily{familyIPv4, familyIPv6} {
 		id++
-		rs.dnat[f.name] = &nftables.Set{Table: t, ID: id, Name: "dnat" + f.suffix, IsMap: true, KeyType: f.addrType, DataType: f.addrType}
+		rs.dnat[f.name] = &nftables.Set{Table: t, ID: id, Name: "dnat" + f.suffix, IsMap: true, HasTimeout: timeouts, KeyType: f.addrType, DataType: f.addrType}
 		id++
-		rs.snat[f.name] = &nftables.Set{Table: t, ID: id, Name: "snat" + f.suffix, IsMap: true, KeyType: nftables.MustConcatSetType(f.addrType, nftables.TypeIFIndex), DataType: f.addrType}
+		rs.snat[f.name] = &nftables.Set{Table: t, ID: id, Name: "snat" + f.suffix, IsMap: true, HasTimeout: timeouts, KeyType: nftables.MustConcatSetType(f.addrType, nftables.TypeIFIndex), DataType: f.addrType}
 	}
 
 	for _, c := range []*nftables.Chain{prerouting, output} {
@@ -171,16 +181,17 @@ func prefixMask(p netip.Prefix) []byte {
 	return net.CIDRMask(p.Bits(), p.Addr().BitLen())
 }
 
-// elements encodes the content of the maps, per map name.
-func (n natState) elements() map[string][]nftables.SetElement {
+// elements encodes the content of the maps, per map name, with timeout
+// (0: none).
+func (n natState) elements(timeout time.Duration) map[string][]nftables.SetElement {
 	out := map[string][]nftables.SetElement{}
 	for a, pod := range n.dnat {
 		name := "dnat" + familyOf(a).suffix
-		out[name] = append(out[name], nftables.SetElement{Key: a.AsSlice(), Val: pod.AsSlice()})
+		out[name] = append(out[name], nftables.SetElement{Key: a.AsSlice(), Val: pod.AsSlice(), Timeout: timeout})
 	}
 	for k, a := range n.snat {
 		name := "snat" + familyOf(a).suffix
-		out[name] = append(out[name], nftables.SetElement{Key: snatKeyBytes(k), Val: a.AsSlice()})
+		out[name] = append(out[name], nftables.SetElement{Key: snatKeyBytes(k), Val: a.AsSlice(), Timeout: timeout})
 	}
 	return out
 }
@@ -221,19 +232,19 @@ func (n natState) decodeElements(name string, elems []nftables.SetElement) error
 // it. A missing table reads as empty; a table that cannot be read in full
 // (someone put something in it this code cannot parse) reads as not
 // current, so that the next write replaces it.
-func (d *Dataplane) readNAT() (natState, bool, error) {
+func (k *kernel) readNAT() (natState, bool, error) {
 	n := newNATState()
-	rs := buildRuleset(d.opts.TableName, d.opts.ExcludeSNAT)
-	exists, err := d.tableExists()
+	rs := k.ruleset()
+	exists, err := k.tableExists()
 	if err != nil || !exists {
 		return n, false, err
 	}
-	current, err := d.readMaps(rs, n)
+	current, err := k.readMaps(rs, n)
 	if err == nil && current {
-		current, err = d.rulesCurrent(rs)
+		current, err = k.rulesCurrent(rs)
 	}
 	if err != nil {
-		d.log.Info("nftables table unreadable, it will be rewritten", "table", rs.table.Name, "error", err.Error())
+		k.log.Info("nftables table unreadable, it will be rewritten", "table", rs.table.Name, "error", err.Error())
 		return n, false, nil
 	}
 	return n, current, nil
@@ -241,19 +252,20 @@ func (d *Dataplane) readNAT() (natState, bool, error) {
 
 // readMaps decodes kubext's maps into n; it reports whether they are the
 // maps rs has, and no others.
-func (d *Dataplane) readMaps(rs *ruleset, n natState) (bool, error) {
-	sets, err := d.nft.GetSets(rs.table)
+func (k *kernel) readMaps(rs *ruleset, n natState) (bool, error) {
+	sets, err := k.nft.GetSets(rs.table)
 	if err != nil {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
 	current := len(sets) == len(rs.maps())
 	for _, want := range rs.maps() {
 		i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == want.Name })
-		if i < 0 || !sets[i].IsMap || sets[i].KeyType.Bytes != want.KeyType.Bytes || sets[i].DataType.Bytes != want.DataType.Bytes {
+		if i < 0 || !sets[i].IsMap || sets[i].HasTimeout != want.HasTimeout ||
+			sets[i].KeyType.Bytes != want.KeyType.Bytes || sets[i].DataType.Bytes != want.DataType.Bytes {
 			current = false
 			continue
 		}
-		elems, err := d.nft.GetSetElements(sets[i])
+		elems, err := k.nft.GetSetElements(sets[i])
 		if err != nil {
 			return false, fmt.Errorf("read map %s: %w", want.Name, err)
 		}
@@ -264,17 +276,17 @@ func (d *Dataplane) readMaps(rs *ruleset, n natState) (bool, error) {
 	return current, nil
 }
 
-func (d *Dataplane) tableExists() (bool, error) {
-	tables, err := d.nft.ListTablesOfFamily(nftables.TableFamilyINet)
+func (k *kernel) tableExists() (bool, error) {
+	tables, err := k.nft.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return false, fmt.Errorf("list nftables tables: %w", err)
 	}
-	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == d.opts.TableName }), nil
+	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == k.opts.TableName }), nil
 }
 
 // rulesCurrent compares the chains and rule comments in the kernel with rs.
-func (d *Dataplane) rulesCurrent(rs *ruleset) (bool, error) {
-	chains, err := d.nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
+func (k *kernel) rulesCurrent(rs *ruleset) (bool, error) {
+	chains, err := k.nft.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return false, fmt.Errorf("list chains: %w", err)
 	}
@@ -289,7 +301,7 @@ func (d *Dataplane) rulesCurrent(rs *ruleset) (bool, error) {
 		if i < 0 || !sameHook(c, rs.chains[i]) {
 			return false, nil
 		}
-		rules, err := d.nft.GetRules(rs.table, c)
+		rules, err := k.nft.GetRules(rs.table, c)
 		if err != nil {
 			return false, fmt.Errorf("list rules: %w", err)
 		}
@@ -314,22 +326,22 @@ func sameHook(a, b *nftables.Chain) bool {
 // elements that differ when the table is current, a rewrite of the whole
 // table otherwise. With nothing to hold, the table is deleted, so no NAT
 // hooks stay registered. When nothing differs nothing is written.
-func (d *Dataplane) writeNAT(want natState) error {
-	have, current, err := d.readNAT()
+func (k *kernel) writeNAT(adm pass, want natState) error {
+	have, current, err := k.readNAT()
 	if err != nil {
 		return err
 	}
 	if len(want.dnat) == 0 && len(want.snat) == 0 {
-		return d.deleteTable()
+		return k.deleteTable()
 	}
-	rs := buildRuleset(d.opts.TableName, d.opts.ExcludeSNAT)
+	rs := k.ruleset()
 	if !current {
-		d.log.Info("writing nftables table", "table", rs.table.Name)
-		return d.rewriteTable(rs, want)
+		k.log.Info("writing nftables table", "table", rs.table.Name)
+		return adm.add(func() error { return k.rewriteTable(rs, want) })
 	}
-	b := d.batch()
+	b := k.batch()
 	changed := false
-	haveElems, wantElems := have.elements(), want.elements()
+	haveElems, wantElems := have.elements(0), want.elements(k.opts.AddressLifetime)
 	for _, m := range rs.maps() {
 		del, add := diffElements(haveElems[m.Name], wantElems[m.Name])
 		if len(del) > 0 {
@@ -348,7 +360,7 @@ func (d *Dataplane) writeNAT(want natState) error {
 	if !changed {
 		return nil
 	}
-	if err := b.Flush(); err != nil {
+	if err := adm.add(b.Flush); err != nil {
 		return fmt.Errorf("update nftables maps: %w", err)
 	}
 	return nil
@@ -379,15 +391,15 @@ func diffElements(have, want []nftables.SetElement) (del, add []nftables.SetElem
 
 // rewriteTable replaces the table atomically: add (a no-op when it
 // exists), delete, and create it again with its content, in one batch.
-func (d *Dataplane) rewriteTable(rs *ruleset, want natState) error {
-	b := d.batch()
+func (k *kernel) rewriteTable(rs *ruleset, want natState) error {
+	b := k.batch()
 	b.AddTable(rs.table)
 	b.DelTable(rs.table)
 	b.AddTable(rs.table)
 	for _, c := range rs.chains {
 		b.AddChain(c)
 	}
-	elems := want.elements()
+	elems := want.elements(k.opts.AddressLifetime)
 	for _, m := range rs.maps() {
 		if err := b.AddSet(m, elems[m.Name]); err != nil {
 			return fmt.Errorf("nftables map %s: %w", m.Name, err)
@@ -402,24 +414,83 @@ func (d *Dataplane) rewriteTable(rs *ruleset, want natState) error {
 	return nil
 }
 
+// ruleset is the table as this kernel's options want it.
+func (k *kernel) ruleset() *ruleset {
+	return buildRuleset(k.opts.TableName, k.opts.ExcludeSNAT, k.opts.AddressLifetime > 0)
+}
+
+// refreshNAT restarts the timeout of every element of kubext's maps. Each
+// element is deleted and added again in one batch: the kernel applies a
+// batch atomically, so no packet finds the element missing, and an element
+// that expired or was removed since it was read fails the whole batch
+// rather than coming back; the batch is then built again from a new read.
+func (k *kernel) refreshNAT(adm pass) error {
+	for attempt := 1; ; attempt++ {
+		err := k.refreshNATOnce(adm)
+		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
+			return err
+		}
+	}
+}
+
+func (k *kernel) refreshNATOnce(adm pass) error {
+	rs := k.ruleset()
+	if exists, err := k.tableExists(); err != nil || !exists {
+		return err
+	}
+	sets, err := k.nft.GetSets(rs.table)
+	if err != nil {
+		return fmt.Errorf("list sets: %w", err)
+	}
+	b, n := k.batch(), 0
+	for _, m := range rs.maps() {
+		i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == m.Name })
+		if i < 0 || !sets[i].HasTimeout || !m.HasTimeout {
+			continue // Apply rewrites a table without timeouts
+		}
+		elems, err := k.nft.GetSetElements(sets[i])
+		if err != nil {
+			return fmt.Errorf("read map %s: %w", m.Name, err)
+		}
+		if len(elems) == 0 {
+			continue
+		}
+		fresh := make([]nftables.SetElement, 0, len(elems))
+		for _, e := range elems {
+			fresh = append(fresh, nftables.SetElement{Key: e.Key, Val: e.Val, Timeout: k.opts.AddressLifetime})
+		}
+		if err := errors.Join(b.SetDeleteElements(m, fresh), b.SetAddElements(m, fresh)); err != nil {
+			return fmt.Errorf("nftables map %s: %w", m.Name, err)
+		}
+		n += len(fresh)
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := adm.add(b.Flush); err != nil {
+		return fmt.Errorf("refresh nftables maps: %w", err)
+	}
+	return nil
+}
+
 // batch returns a connection for one batch of changes. Each batch gets its
 // own: a Conn keeps messages queued before a failure, and a serialization
 // error, and would send or report them with the next batch.
-func (d *Dataplane) batch() *nftables.Conn {
-	return &nftables.Conn{NetNS: int(d.ns)}
+func (k *kernel) batch() *nftables.Conn {
+	return &nftables.Conn{NetNS: int(k.ns)}
 }
 
 // deleteTable removes kubext's table, if it exists.
-func (d *Dataplane) deleteTable() error {
-	exists, err := d.tableExists()
+func (k *kernel) deleteTable() error {
+	exists, err := k.tableExists()
 	if err != nil || !exists {
 		return err
 	}
-	b := d.batch()
-	b.DelTable(&nftables.Table{Name: d.opts.TableName, Family: nftables.TableFamilyINet})
+	b := k.batch()
+	b.DelTable(&nftables.Table{Name: k.opts.TableName, Family: nftables.TableFamilyINet})
 	if err := b.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("delete nftables table: %w", err)
 	}
-	d.log.Info("deleted nftables table", "table", d.opts.TableName)
+	k.log.Info("deleted nftables table", "table", k.opts.TableName)
 	return nil
 }

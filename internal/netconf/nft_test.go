@@ -13,7 +13,7 @@ import (
 func TestBuildRuleset(t *testing.T) {
 	g := gomega.NewWithT(t)
 	exclude := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}
-	rs := buildRuleset("kubext", exclude)
+	rs := buildRuleset("kubext", exclude, false)
 
 	g.Expect(rs.table).To(gomega.Equal(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}))
 	hooks := map[string][2]int{}
@@ -67,7 +67,7 @@ func TestMapElementsRoundTrip(t *testing.T) {
 	in.snat[snatKey{Pod: addrOf("10.0.0.1"), Link: 2}] = addrOf("198.51.100.10")
 	in.snat[snatKey{Pod: addrOf("fd00::1"), Link: 70000}] = addrOf("2001:db8::10")
 
-	elems := in.elements()
+	elems := in.elements(0)
 	g.Expect(elems).To(gomega.HaveLen(4))
 	g.Expect(elems["snat4"][0].Key).To(gomega.HaveLen(8))
 	g.Expect(elems["snat6"][0].Key).To(gomega.HaveLen(20))

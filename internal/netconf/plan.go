@@ -3,6 +3,7 @@ package netconf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -73,11 +74,28 @@ type state struct {
 	rules   map[ruleSpec]bool
 }
 
-// assignments describes the addresses in s as Assignments, sorted.
-func (s state) assignments(links linkSet) []Assignment {
+// assignments describes, sorted, every address s has a trace of (see
+// Dataplane.Current): PodIP is set only where the address is on an
+// interface whose SNAT entry and routing rule (tables from base) lead the
+// DNAT's pod back to it.
+func (s state) assignments(links linkSet, base int) []Assignment {
 	out := make([]Assignment, 0, len(s.addrs))
+	seen := map[netip.Addr]bool{}
 	for _, a := range s.addrs {
-		out = append(out, Assignment{Address: a.IP, PodIP: s.nat.dnat[a.IP], Interface: links.name(a.LinkIndex)})
+		seen[a.IP] = true
+		pod, ok := s.nat.dnat[a.IP]
+		if !ok || s.nat.snat[snatKey{Pod: pod, Link: a.LinkIndex}] != a.IP || !s.rules[ruleSpec{Pod: pod, Table: base + a.LinkIndex}] {
+			pod = netip.Addr{}
+		}
+		out = append(out, Assignment{Address: a.IP, PodIP: pod, Interface: links.name(a.LinkIndex)})
+	}
+	traces := slices.Collect(maps.Keys(s.nat.dnat))
+	traces = append(traces, slices.Collect(maps.Values(s.nat.snat))...)
+	for _, a := range traces {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, Assignment{Address: a})
+		}
 	}
 	slices.SortFunc(out, compareAssignments)
 	return out

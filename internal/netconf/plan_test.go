@@ -276,10 +276,30 @@ func TestCurrentAssignments(t *testing.T) {
 	x := planTarget("198.51.100.10", "10.0.0.1")
 	cur := programmed(opts, x)
 	cur.addrs = append(cur.addrs, hostAddr{IP: addrOf("198.51.100.5"), PrefixLen: 32, LinkIndex: linkBond0.Index, owned: true})
-	g.Expect(cur.assignments(testLinks)).To(gomega.Equal([]Assignment{
+	g.Expect(cur.assignments(testLinks, opts.RouteTableBase)).To(gomega.Equal([]Assignment{
 		{Address: addrOf("198.51.100.5"), Interface: "bond0.100"}, // no NAT: PodIP invalid
 		x.Assignment,
 	}))
+
+	// Forwarding is complete only with DNAT, SNAT and the rule; NAT entries
+	// of an address no longer on an interface still count as a trace.
+	for name, breakIt := range map[string]func(*state){
+		"no SNAT": func(s *state) { clear(s.nat.snat) },
+		"no rule": func(s *state) { clear(s.rules) },
+		"SNAT through another interface": func(s *state) {
+			clear(s.nat.snat)
+			s.nat.snat[snatKey{Pod: x.PodIP, Link: linkBond0.Index}] = x.Address
+		},
+	} {
+		s := programmed(opts, x)
+		breakIt(&s)
+		g.Expect(s.assignments(testLinks, opts.RouteTableBase)).To(gomega.Equal([]Assignment{{Address: x.Address, Interface: x.Interface}}), name)
+	}
+	s := programmed(opts, x)
+	s.addrs = nil
+	g.Expect(s.assignments(testLinks, opts.RouteTableBase)).To(gomega.Equal([]Assignment{{Address: x.Address}}))
+	clear(s.nat.dnat)
+	g.Expect(s.assignments(testLinks, opts.RouteTableBase)).To(gomega.Equal([]Assignment{{Address: x.Address}}), "SNAT entry only")
 }
 
 func TestAddressOwnership(t *testing.T) {

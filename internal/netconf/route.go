@@ -39,14 +39,14 @@ func retryDump[T any](list func() (T, error)) (T, error) {
 }
 
 // ownsTable reports whether table is in kubext's range.
-func (d *Dataplane) ownsTable(table int) bool {
-	return table >= d.opts.RouteTableBase && table < d.opts.RouteTableBase+routeTableSpan
+func (k *kernel) ownsTable(table int) bool {
+	return table >= k.opts.RouteTableBase && table < k.opts.RouteTableBase+routeTableSpan
 }
 
 // mainRoutes lists the main table of both families.
-func (d *Dataplane) mainRoutes() ([]netlink.Route, error) {
+func (k *kernel) mainRoutes() ([]netlink.Route, error) {
 	routes, err := retryDump(func() ([]netlink.Route, error) {
-		return d.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		return k.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list main routes: %w", err)
@@ -187,9 +187,9 @@ func tableRoutes(rules map[ruleSpec]bool, main []netlink.Route, base int, exclud
 // syncTables makes kubext's tables hold exactly want. It returns the
 // failures per table and family (routes being added) and the failures of
 // deleting routes.
-func (d *Dataplane) syncTables(want map[routeKey]netlink.Route) (map[routeKey]error, []error) {
+func (k *kernel) syncTables(adm pass, want map[routeKey]netlink.Route) (map[routeKey]error, []error) {
 	all, err := retryDump(func() ([]netlink.Route, error) {
-		return d.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+		return k.nl.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	})
 	if err != nil {
 		return nil, []error{fmt.Errorf("list routes: %w", err)}
@@ -197,52 +197,52 @@ func (d *Dataplane) syncTables(want map[routeKey]netlink.Route) (map[routeKey]er
 	have := map[routeKey]netlink.Route{}
 	var errs []error
 	for _, r := range all {
-		if !d.ownsTable(r.Table) {
+		if !k.ownsTable(r.Table) {
 			continue
 		}
-		k := keyOf(r)
-		if w, ok := want[k]; ok && routeContent(w) == routeContent(r) {
-			have[k] = r
+		key := keyOf(r)
+		if w, ok := want[key]; ok && routeContent(w) == routeContent(r) {
+			have[key] = r
 			continue
 		}
-		if _, ok := want[k]; ok {
+		if _, ok := want[key]; ok {
 			continue // replaced below
 		}
-		if err := d.nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := k.nl.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r, err))
 		}
 	}
 	failed := map[routeKey]error{}
 	keys := make([]routeKey, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
+	for key := range want {
+		keys = append(keys, key)
 	}
 	// Connected routes before those through a gateway on them.
 	slices.SortFunc(keys, func(a, b routeKey) int { return b.dst.Bits() - a.dst.Bits() })
-	for _, k := range keys {
-		if _, ok := have[k]; ok {
+	for _, key := range keys {
+		if _, ok := have[key]; ok {
 			continue
 		}
-		r := want[k]
-		if err := d.nl.RouteReplace(&r); err != nil {
-			failed[k] = fmt.Errorf("route %s in table %d: %w", r, r.Table, err)
+		r := want[key]
+		if err := adm.add(func() error { return k.nl.RouteReplace(&r) }); err != nil {
+			failed[key] = fmt.Errorf("route %s in table %d: %w", r, r.Table, err)
 		}
 	}
 	return failed, errs
 }
 
 // ownedRules lists kubext's rules: its priority, a table in its range.
-func (d *Dataplane) ownedRules() ([]netlink.Rule, error) {
+func (k *kernel) ownedRules() ([]netlink.Rule, error) {
 	var out []netlink.Rule
 	for _, fam := range []int{unix.AF_INET, unix.AF_INET6} {
 		rules, err := retryDump(func() ([]netlink.Rule, error) {
-			return d.nl.RuleListFiltered(fam, &netlink.Rule{Priority: d.opts.RulePriority}, netlink.RT_FILTER_PRIORITY)
+			return k.nl.RuleListFiltered(fam, &netlink.Rule{Priority: k.opts.RulePriority}, netlink.RT_FILTER_PRIORITY)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("list rules: %w", err)
 		}
 		for _, r := range rules {
-			if d.ownsTable(r.Table) {
+			if k.ownsTable(r.Table) {
 				out = append(out, r)
 			}
 		}
@@ -251,9 +251,9 @@ func (d *Dataplane) ownedRules() ([]netlink.Rule, error) {
 }
 
 // newRule returns kubext's rule for spec.
-func (d *Dataplane) newRule(spec ruleSpec) *netlink.Rule {
+func (k *kernel) newRule(spec ruleSpec) *netlink.Rule {
 	r := netlink.NewRule()
-	r.Priority = d.opts.RulePriority
+	r.Priority = k.opts.RulePriority
 	r.Table = spec.Table
 	r.Protocol = AddressProtocol
 	r.Family = unix.AF_INET
@@ -266,8 +266,8 @@ func (d *Dataplane) newRule(spec ruleSpec) *netlink.Rule {
 
 // syncRules makes kubext's rules exactly want. It returns the failures of
 // adding rules, and of deleting them.
-func (d *Dataplane) syncRules(want map[ruleSpec]bool) (map[ruleSpec]error, []error) {
-	rules, err := d.ownedRules()
+func (k *kernel) syncRules(adm pass, want map[ruleSpec]bool) (map[ruleSpec]error, []error) {
+	rules, err := k.ownedRules()
 	if err != nil {
 		return nil, []error{err}
 	}
@@ -280,7 +280,7 @@ func (d *Dataplane) syncRules(want map[ruleSpec]bool) (map[ruleSpec]error, []err
 			continue
 		}
 		del := r
-		if err := d.nl.RuleDel(&del); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := k.nl.RuleDel(&del); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("delete rule %s: %w", r, err))
 		}
 	}
@@ -289,7 +289,7 @@ func (d *Dataplane) syncRules(want map[ruleSpec]bool) (map[ruleSpec]error, []err
 		if have[spec] {
 			continue
 		}
-		if err := d.nl.RuleAdd(d.newRule(spec)); err != nil {
+		if err := adm.add(func() error { return k.nl.RuleAdd(k.newRule(spec)) }); err != nil {
 			failed[spec] = fmt.Errorf("add rule from %s lookup %d: %w", spec.Pod, spec.Table, err)
 		}
 	}
@@ -298,13 +298,13 @@ func (d *Dataplane) syncRules(want map[ruleSpec]bool) (map[ruleSpec]error, []err
 
 // syncRouting converges tables and rules to the plan, attributing
 // failures to the addresses they affect.
-func (d *Dataplane) syncRouting(p *plan, mainRoutes []netlink.Route) []error {
-	want := tableRoutes(p.rules, mainRoutes, d.opts.RouteTableBase, d.opts.ExcludeSNAT)
-	failedRoutes, errs := d.syncTables(want)
-	failedRules, ruleErrs := d.syncRules(p.rules)
+func (k *kernel) syncRouting(adm pass, p *plan, mainRoutes []netlink.Route) []error {
+	want := tableRoutes(p.rules, mainRoutes, k.opts.RouteTableBase, k.opts.ExcludeSNAT)
+	failedRoutes, errs := k.syncTables(adm, want)
+	failedRules, ruleErrs := k.syncRules(adm, p.rules)
 	errs = append(errs, ruleErrs...)
 	for _, t := range slices.Concat(p.added, p.updated, p.unchanged) {
-		table := d.opts.RouteTableBase + t.link.Index
+		table := k.opts.RouteTableBase + t.link.Index
 		fam := unix.AF_INET
 		if t.Address.Is6() {
 			fam = unix.AF_INET6

@@ -1,18 +1,31 @@
 package lab
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 )
 
 // SystemNamespace is where kubext's components keep their Leases, as in a
@@ -70,12 +83,23 @@ func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*M
 }
 
 // StartIPAgent runs bin/ip-agent for a node inside the node's network
-// namespace, and waits until it renews its heartbeat.
+// namespace, and waits until it renews its heartbeat. The agent talks to
+// the API server as the deployed agent would: as the kubext-ip-agent
+// service account with a token bound to its node (impersonated), so its
+// RBAC and admission policy, installed into the lab on first use
+// (InstallIPAgent), are enforced.
 func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*Process, error) {
 	if l.Net == nil {
 		return nil, fmt.Errorf("the ip-agent needs the lab network (root)")
 	}
-	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+	if err := l.InstallIPAgent(ctx); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(l.NodeDir(node), 0o755); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := l.writeIPAgentKubeconfig(node)
+	if err != nil {
 		return nil, err
 	}
 	cs, err := l.Clientset()
@@ -88,8 +112,11 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 		before = old.Spec.RenewTime.Time
 	}
 	args = append([]string{
-		"--kubeconfig", l.AgentKubeconfig, "--node-name", node, "--heartbeat-namespace", SystemNamespace,
+		"--kubeconfig", kubeconfig, "--node-name", node, "--heartbeat-namespace", SystemNamespace,
 		"--interface", "eth0",
+		// The lab's pods reach each other with their own addresses (it has
+		// no Services).
+		"--exclude-snat", l.PodSubnet.String(),
 	}, args...)
 	p, err := l.Start("ip-agent-"+node, l.Net.NodeNamespace(node), filepath.Join(l.BinDir, "ip-agent"), args)
 	if err != nil {
@@ -110,6 +137,172 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 		return nil, fmt.Errorf("the ip-agent of %s did not renew its heartbeat (see %s): %w", node, p.Log, err)
 	}
 	return p, nil
+}
+
+const (
+	// ipAgentUser is the ip-agent's service account as config/default
+	// deploys it.
+	ipAgentUser = "system:serviceaccount:" + SystemNamespace + ":kubext-ip-agent"
+	// ipAgentPolicy is the binding of config/policy/ip-agent.yaml as
+	// config/default names it.
+	ipAgentPolicy = "kubext-ip-agent-own-node.ip.kubext.io"
+)
+
+// installIPAgent serialises InstallIPAgent calls of agents started
+// together.
+var installIPAgent sync.Mutex
+
+// InstallIPAgent installs the ip-agent's RBAC (config/ip-agent/rbac.yaml)
+// and admission policy (config/policy/ip-agent.yaml) into the lab, exactly
+// as `make deploy` (config/default) renders them, unless they are there,
+// and waits until the policy is enforced.
+func (l *Lab) InstallIPAgent(ctx context.Context) error {
+	installIPAgent.Lock()
+	defer installIPAgent.Unlock()
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, ipAgentPolicy, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+		return err
+	}
+	objs, err := RenderIPAgentAccess(ctx, filepath.Join(l.K8sDir(), "kubectl"), filepath.Join(root, "config", "default"))
+	if err != nil {
+		return err
+	}
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
+	for _, o := range objs {
+		list.Items = append(list.Items, *o)
+	}
+	manifest, err := list.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(l.Dir, "ip-agent-access.json")
+	if err := os.WriteFile(path, manifest, 0o644); err != nil {
+		return err
+	}
+	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", path); err != nil {
+		return err
+	}
+	if err := l.waitIPAgentPolicy(ctx); err != nil {
+		return err
+	}
+	l.log("Installed the ip-agent's RBAC and admission policy (%d objects from config/default)", len(objs))
+	return nil
+}
+
+// RenderIPAgentAccess renders the kustomization in dir with kubectl
+// kustomize and returns what of it gives the ip-agent its access: its
+// ServiceAccount and RBAC, and its admission policy and binding (every
+// object of those kinds whose name contains "ip-agent"). Cluster-scoped
+// objects come without the namespace kustomize gives them.
+func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
+	out, err := exec.CommandContext(ctx, kubectl, "kustomize", dir).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return nil, fmt.Errorf("kubectl kustomize %s: %w\n%s", dir, err, exit.Stderr)
+		}
+		return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+	}
+	namespaced := map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true}
+	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true,
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	var objs []*unstructured.Unstructured
+	dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
+		}
+		kind := u.GetKind()
+		if !strings.Contains(u.GetName(), "ip-agent") || !namespaced[kind] && !clusterScoped[kind] {
+			continue
+		}
+		if clusterScoped[kind] {
+			u.SetNamespace("")
+		}
+		objs = append(objs, u)
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("kubectl kustomize %s renders no ip-agent RBAC or admission policy", dir)
+	}
+	return objs, nil
+}
+
+// waitIPAgentPolicy waits until the API server enforces the ip-agent's
+// policy (loading it takes a moment): until the agent of a node that does
+// not exist is refused a dry-run creation of a lab node's heartbeat.
+func (l *Lab) waitIPAgentPolicy(ctx context.Context) error {
+	if len(l.Nodes) == 0 {
+		return nil
+	}
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Impersonate = ipAgentImpersonation("no-such-node")
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: SystemNamespace, Name: "ip-agent-" + l.Nodes[0]},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(l.Nodes[0])},
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, last = cs.CoordinationV1().Leases(SystemNamespace).Create(ctx, lease, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "may write only its own heartbeat Lease"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the ip-agent's admission policy is not enforced (last answer: %v): %w", last, err)
+	}
+	return nil
+}
+
+// ipAgentImpersonation is the deployed ip-agent of node: its service
+// account, with a token bound to the node's pod.
+func ipAgentImpersonation(node string) rest.ImpersonationConfig {
+	return rest.ImpersonationConfig{
+		UserName: ipAgentUser,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + SystemNamespace, "system:authenticated"},
+		Extra:    map[string][]string{nodeNameExtra: {node}},
+	}
+}
+
+// writeIPAgentKubeconfig writes the node's ip-agent kubeconfig: the
+// credentials of AgentKubeconfig (it reaches the API server from the node's
+// network namespace) impersonating the agent's service account with a token
+// bound to the node.
+func (l *Lab) writeIPAgentKubeconfig(node string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(l.AgentKubeconfig)
+	if err != nil {
+		return "", err
+	}
+	imp := ipAgentImpersonation(node)
+	for _, a := range cfg.AuthInfos {
+		a.Impersonate = imp.UserName
+		a.ImpersonateGroups = imp.Groups
+		a.ImpersonateUserExtra = imp.Extra
+	}
+	path := filepath.Join(l.NodeDir(node), "ip-agent.kubeconfig")
+	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
 // EnsureNamespace creates a namespace if it does not exist.

@@ -1,0 +1,467 @@
+package aws
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+)
+
+// Attachment is what EC2 handed out for an address; the controller records
+// it in the IP's status so that a restart finds and reuses it.
+type Attachment struct {
+	// ENI holds the address (private mode) or the private IP the Elastic IP
+	// is associated with (public mode).
+	ENI string
+	// PrivateIP is the address itself (private mode) or the secondary
+	// private IP the Elastic IP is associated with (public mode).
+	PrivateIP string
+	// AllocationID and AssociationID are the Elastic IP's (public mode).
+	AllocationID  string
+	AssociationID string
+}
+
+// Holder is a network interface of the VPC that lists a private address.
+type Holder struct {
+	ENI        string
+	InstanceID string
+	SubnetID   string
+	Primary    bool
+}
+
+// Observation is where an address is according to EC2.
+type Observation struct {
+	// Holders are the network interfaces of the VPC that list the address
+	// (private mode) or the Elastic IP's private IP (public mode). More than
+	// one means EC2 (or a double) broke its own guarantee.
+	Holders []Holder
+	// The Elastic IP (public mode); AllocationID is empty when the address
+	// is not allocated in this account and region.
+	AllocationID  string
+	AssociationID string
+	ENI           string
+	PrivateIP     string
+	// Owner is the value of the Elastic IP's kubext.io/ip tag: the IP object
+	// that allocated it; empty for an Elastic IP a user allocated.
+	Owner string
+}
+
+// Observe reports where a is now according to EC2; vpcID is the VPC whose
+// network interfaces are searched for the private address.
+func (p *Provider) Observe(ctx context.Context, a Address, vpcID string) (Observation, error) {
+	if !a.public() {
+		hs, err := p.holders(ctx, vpcID, a.IP.String())
+		return Observation{Holders: hs}, err
+	}
+	eip, err := p.findEIP(ctx, a.IP)
+	if err != nil || eip == nil {
+		return Observation{}, err
+	}
+	o := observation(eip)
+	if o.PrivateIP != "" {
+		o.Holders, err = p.holders(ctx, vpcID, o.PrivateIP)
+	}
+	return o, err
+}
+
+func observation(eip *types.Address) Observation {
+	o := Observation{
+		AllocationID:  sdkaws.ToString(eip.AllocationId),
+		AssociationID: sdkaws.ToString(eip.AssociationId),
+		ENI:           sdkaws.ToString(eip.NetworkInterfaceId),
+		PrivateIP:     sdkaws.ToString(eip.PrivateIpAddress),
+	}
+	for _, t := range eip.Tags {
+		if sdkaws.ToString(t.Key) == TagKey {
+			o.Owner = sdkaws.ToString(t.Value)
+		}
+	}
+	return o
+}
+
+// Attach puts a on target and returns what EC2 handed out. It is
+// idempotent: when a already is where it should be, it makes no mutating
+// call. prev is what the last Attach returned (from the IP's status), used
+// to reuse a private IP that was assigned before an interrupted attach.
+// On an error after a mutating call, the returned Attachment still says
+// what was handed out, for the caller to record.
+func (p *Provider) Attach(ctx context.Context, a Address, target NodeTarget, prev Attachment) (Attachment, error) {
+	if a.public() {
+		return p.attachPublic(ctx, a, target, prev)
+	}
+	return p.attachPrivate(ctx, a, target)
+}
+
+// attachPrivate moves the address with one AssignPrivateIpAddresses with
+// AllowReassignment, then verifies.
+func (p *Provider) attachPrivate(ctx context.Context, a Address, t NodeTarget) (Attachment, error) {
+	ip := a.IP.String()
+	att := Attachment{ENI: t.ENI, PrivateIP: ip}
+	hs, err := p.holders(ctx, t.VPCID, ip)
+	if err != nil {
+		return Attachment{}, err
+	}
+	if err := refusePrimaryElsewhere(hs, t.ENI, ip); err != nil {
+		return Attachment{}, err
+	}
+	if !heldBy(hs, t.ENI) {
+		_, err := p.ec2.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(t.ENI),
+			PrivateIpAddresses: []string{ip},
+			AllowReassignment:  sdkaws.Bool(true),
+		})
+		if err != nil {
+			return Attachment{}, ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("assign %s to %s of %s", ip, t.ENI, t.InstanceID), err)
+		} else if hs, err = p.holders(ctx, t.VPCID, ip); err != nil {
+			return att, err
+		}
+	}
+	return att, p.ensureOnlyOn(ctx, t, ip, hs)
+}
+
+// ensureOnlyOn checks that hs (the holders of ip) is exactly the target ENI;
+// any other ENI that still lists ip gets an explicit
+// UnassignPrivateIpAddresses (EC2's reassignment should have removed it),
+// and the holders are listed again.
+func (p *Provider) ensureOnlyOn(ctx context.Context, t NodeTarget, ip string, hs []Holder) error {
+	if !heldBy(hs, t.ENI) {
+		return errorf(ReasonVerificationFailed, "after assigning %s to %s of %s, EC2 DescribeNetworkInterfaces does not list it there (holders: %s)", ip, t.ENI, t.InstanceID, holderList(hs))
+	}
+	if len(hs) == 1 {
+		return nil
+	}
+	if err := refusePrimaryElsewhere(hs, t.ENI, ip); err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if h.ENI == t.ENI {
+			continue
+		}
+		if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(h.ENI), PrivateIpAddresses: []string{ip},
+		}); err != nil {
+			return ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("remove %s from %s, which still lists it after it was moved to %s", ip, h.ENI, t.ENI), err)
+		}
+	}
+	hs, err := p.holders(ctx, t.VPCID, ip)
+	if err != nil {
+		return err
+	}
+	if len(hs) != 1 || hs[0].ENI != t.ENI {
+		return errorf(ReasonVerificationFailed, "after moving %s to %s and unassigning it elsewhere, EC2 DescribeNetworkInterfaces lists it on %s", ip, t.ENI, holderList(hs))
+	}
+	return nil
+}
+
+// attachPublic allocates the Elastic IP once (tagged), then associates it
+// with a secondary private IP of the target ENI. A move within one subnet
+// moves that private IP with AssignPrivateIpAddresses and AllowReassignment,
+// which carries the association along on EC2; when it did not (or across
+// subnets), AssociateAddress with AllowReassociation: at most two mutating
+// calls either way.
+func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Attachment, error) {
+	eip, err := p.findEIP(ctx, a.IP)
+	if err != nil {
+		return Attachment{}, err
+	}
+	if eip == nil {
+		if eip, err = p.allocate(ctx, a); err != nil {
+			return Attachment{}, err
+		}
+	}
+	cur := observation(eip)
+	if cur.Owner != "" && cur.Owner != a.Name {
+		return Attachment{}, errorf(ReasonAddressInUse, "Elastic IP %s (%s) is tagged %s=%s: another IP object allocated it", a.IP, cur.AllocationID, TagKey, cur.Owner)
+	}
+	att := Attachment{ENI: t.ENI, AllocationID: cur.AllocationID}
+	var curHolders []Holder
+	if cur.PrivateIP != "" {
+		if curHolders, err = p.holders(ctx, t.VPCID, cur.PrivateIP); err != nil {
+			return att, err
+		}
+	}
+	if cur.ENI == t.ENI && heldBy(curHolders, t.ENI) {
+		att.PrivateIP, att.AssociationID = cur.PrivateIP, cur.AssociationID
+		return att, p.verifyPublic(ctx, a, t, att)
+	}
+
+	moveAlong := cur.PrivateIP != "" && isSecondaryIn(curHolders, cur.ENI, t.SubnetID)
+	switch {
+	case moveAlong:
+		att.PrivateIP = cur.PrivateIP
+		if _, err := p.ec2.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(t.ENI), PrivateIpAddresses: []string{cur.PrivateIP}, AllowReassignment: sdkaws.Bool(true),
+		}); err != nil {
+			return att, ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("move %s (private IP of Elastic IP %s) to %s of %s", cur.PrivateIP, a.IP, t.ENI, t.InstanceID), err)
+		}
+		if eip, err = p.findEIP(ctx, a.IP); err != nil {
+			return att, err
+		}
+		if eip != nil {
+			if now := observation(eip); now.ENI == t.ENI && now.PrivateIP == att.PrivateIP {
+				att.AssociationID = now.AssociationID
+				return att, p.verifyPublic(ctx, a, t, att)
+			}
+		}
+	case prev.PrivateIP != "" && prev.ENI == t.ENI && heldBySecondary(ctx, p, t, prev.PrivateIP):
+		// An earlier attach assigned this private IP and was interrupted
+		// before associating: reuse it rather than assign another.
+		att.PrivateIP = prev.PrivateIP
+	default:
+		out, err := p.ec2.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(t.ENI), SecondaryPrivateIpAddressCount: sdkaws.Int32(1),
+		})
+		if err != nil {
+			return att, ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("assign a secondary private IP to %s of %s for Elastic IP %s", t.ENI, t.InstanceID, a.IP), err)
+		}
+		if len(out.AssignedPrivateIpAddresses) == 0 {
+			return att, errorf(ReasonVerificationFailed, "EC2 AssignPrivateIpAddresses on %s returned no address", t.ENI)
+		}
+		att.PrivateIP = sdkaws.ToString(out.AssignedPrivateIpAddresses[len(out.AssignedPrivateIpAddresses)-1].PrivateIpAddress)
+	}
+	aout, err := p.ec2.AssociateAddress(ctx, &ec2.AssociateAddressInput{
+		AllocationId: sdkaws.String(att.AllocationID), NetworkInterfaceId: sdkaws.String(t.ENI),
+		PrivateIpAddress: sdkaws.String(att.PrivateIP), AllowReassociation: sdkaws.Bool(true),
+	})
+	if err != nil {
+		return att, ec2Error("AssociateAddress", fmt.Sprintf("associate Elastic IP %s with %s on %s of %s", a.IP, att.PrivateIP, t.ENI, t.InstanceID), err)
+	}
+	att.AssociationID = sdkaws.ToString(aout.AssociationId)
+	if !moveAlong && cur.Owner == a.Name && cur.PrivateIP != "" && cur.ENI != "" && cur.ENI != t.ENI && isSecondaryIn(curHolders, cur.ENI, "") {
+		// The old secondary private IP was assigned by kubext for this
+		// Elastic IP, which has left it: give it back (a cross-subnet move).
+		if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(cur.ENI), PrivateIpAddresses: []string{cur.PrivateIP},
+		}); err != nil {
+			return att, ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("remove %s, the former private IP of Elastic IP %s, from %s", cur.PrivateIP, a.IP, cur.ENI), err)
+		}
+	}
+	return att, p.verifyPublic(ctx, a, t, att)
+}
+
+// verifyPublic checks that the Elastic IP's association names the target
+// ENI and private IP, and that the private IP is on the target ENI only.
+func (p *Provider) verifyPublic(ctx context.Context, a Address, t NodeTarget, att Attachment) error {
+	eip, err := p.findEIP(ctx, a.IP)
+	if err != nil {
+		return err
+	}
+	if eip == nil {
+		return errorf(ReasonVerificationFailed, "after associating Elastic IP %s, EC2 DescribeAddresses does not list it", a.IP)
+	}
+	if now := observation(eip); now.ENI != t.ENI || now.PrivateIP != att.PrivateIP {
+		return errorf(ReasonVerificationFailed, "after associating Elastic IP %s with %s on %s, EC2 DescribeAddresses shows it associated with %q on %q", a.IP, att.PrivateIP, t.ENI, now.PrivateIP, now.ENI)
+	}
+	hs, err := p.holders(ctx, t.VPCID, att.PrivateIP)
+	if err != nil {
+		return err
+	}
+	return p.ensureOnlyOn(ctx, t, att.PrivateIP, hs)
+}
+
+func heldBySecondary(ctx context.Context, p *Provider, t NodeTarget, ip string) bool {
+	hs, err := p.holders(ctx, t.VPCID, ip)
+	return err == nil && len(hs) == 1 && hs[0].ENI == t.ENI && !hs[0].Primary
+}
+
+// Detach takes a off every node and keeps what identifies it: in private
+// mode it unassigns the address from every ENI of the VPC that lists it as a
+// secondary IP; in public mode it disassociates the Elastic IP (when the
+// association is kubext's: the Elastic IP is tagged for this IP, or the
+// association is the recorded one) and gives back the private IP kubext
+// assigned for it, but keeps the allocation, so the next Attach reuses it.
+func (p *Provider) Detach(ctx context.Context, a Address, vpcID string, prev Attachment) error {
+	_, err := p.detach(ctx, a, vpcID, prev)
+	return err
+}
+
+// Release is Detach for an IP object that is deleted: it also releases the
+// Elastic IP, but only when it carries kubext.io/ip=<name>; an Elastic IP a
+// user allocated by hand is never released.
+func (p *Provider) Release(ctx context.Context, a Address, vpcID string, prev Attachment) error {
+	eip, err := p.detach(ctx, a, vpcID, prev)
+	if err != nil || eip == nil || eip.Owner == "" || eip.Owner != a.Name {
+		return err
+	}
+	if _, err := p.ec2.ReleaseAddress(ctx, &ec2.ReleaseAddressInput{AllocationId: sdkaws.String(eip.AllocationID)}); err != nil {
+		return ec2Error("ReleaseAddress", fmt.Sprintf("release Elastic IP %s (%s)", a.IP, eip.AllocationID), err)
+	}
+	return nil
+}
+
+// detach returns the Elastic IP as it was found (public mode, nil if none).
+func (p *Provider) detach(ctx context.Context, a Address, vpcID string, prev Attachment) (*Observation, error) {
+	if !a.public() {
+		ip := a.IP.String()
+		hs, err := p.holders(ctx, vpcID, ip)
+		if err != nil {
+			return nil, err
+		}
+		return nil, p.unassignSecondaries(ctx, hs, ip)
+	}
+	eip, err := p.findEIP(ctx, a.IP)
+	if err != nil {
+		return nil, err
+	}
+	var cur Observation
+	if eip != nil {
+		cur = observation(eip)
+	}
+	ours := cur.Owner == a.Name
+	if cur.AssociationID != "" && (ours || (cur.ENI == prev.ENI && cur.PrivateIP == prev.PrivateIP)) {
+		if _, err := p.ec2.DisassociateAddress(ctx, &ec2.DisassociateAddressInput{AssociationId: sdkaws.String(cur.AssociationID)}); err != nil {
+			return nil, ec2Error("DisassociateAddress", fmt.Sprintf("disassociate Elastic IP %s (%s)", a.IP, cur.AssociationID), err)
+		}
+	}
+	// The private IPs kubext assigned for the Elastic IP: the recorded one,
+	// and the one the association names when the association was kubext's
+	// (the same on EC2; not under a double or emulator that associates
+	// elsewhere).
+	privs := []string{}
+	if prev.PrivateIP != "" {
+		privs = append(privs, prev.PrivateIP)
+	}
+	if cur.PrivateIP != "" && ours && cur.PrivateIP != prev.PrivateIP {
+		privs = append(privs, cur.PrivateIP)
+	}
+	for _, priv := range privs {
+		hs, err := p.holders(ctx, vpcID, priv)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.unassignSecondaries(ctx, hs, priv); err != nil {
+			return nil, err
+		}
+	}
+	if eip == nil {
+		return nil, nil
+	}
+	return &cur, nil
+}
+
+func (p *Provider) unassignSecondaries(ctx context.Context, hs []Holder, ip string) error {
+	for _, h := range hs {
+		if h.Primary {
+			continue
+		}
+		if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(h.ENI), PrivateIpAddresses: []string{ip},
+		}); err != nil {
+			return ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("remove %s from %s", ip, h.ENI), err)
+		}
+	}
+	return nil
+}
+
+func (p *Provider) allocate(ctx context.Context, a Address) (*types.Address, error) {
+	out, err := p.ec2.AllocateAddress(ctx, &ec2.AllocateAddressInput{
+		Domain:         types.DomainTypeVpc,
+		Address:        sdkaws.String(a.IP.String()),
+		PublicIpv4Pool: sdkaws.String(a.PublicIPv4Pool),
+		TagSpecifications: []types.TagSpecification{{
+			ResourceType: types.ResourceTypeElasticIp,
+			Tags:         []types.Tag{{Key: sdkaws.String(TagKey), Value: sdkaws.String(a.Name)}},
+		}},
+	})
+	if err != nil {
+		return nil, ec2Error("AllocateAddress", fmt.Sprintf("allocate Elastic IP %s from pool %s", a.IP, a.PublicIPv4Pool), err)
+	}
+	if got := sdkaws.ToString(out.PublicIp); got != a.IP.String() {
+		return nil, errorf(ReasonVerificationFailed, "EC2 AllocateAddress for %s from pool %s handed out %s (%s) instead", a.IP, a.PublicIPv4Pool, got, sdkaws.ToString(out.AllocationId))
+	}
+	return &types.Address{AllocationId: out.AllocationId, PublicIp: out.PublicIp,
+		Tags: []types.Tag{{Key: sdkaws.String(TagKey), Value: sdkaws.String(a.Name)}}}, nil
+}
+
+// findEIP returns the Elastic IP with public address ip, or nil. It filters
+// rather than naming the address, because naming an unknown one is an error.
+func (p *Provider) findEIP(ctx context.Context, ip netip.Addr) (*types.Address, error) {
+	out, err := p.ec2.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{
+		Filters: []types.Filter{{Name: sdkaws.String("public-ip"), Values: []string{ip.String()}}},
+	})
+	if err != nil {
+		return nil, ec2Error("DescribeAddresses", "look up Elastic IP "+ip.String(), err)
+	}
+	for i := range out.Addresses {
+		if sdkaws.ToString(out.Addresses[i].PublicIp) == ip.String() {
+			return &out.Addresses[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// holders lists the ENIs of the VPC whose private IPs include ip. It
+// filters by VPC only and matches the address itself, page by page.
+func (p *Provider) holders(ctx context.Context, vpcID, ip string) ([]Holder, error) {
+	if vpcID == "" {
+		return nil, errorf(ReasonNetworkInterfaceNotFound, "no VPC given to look for %s in", ip)
+	}
+	in := &ec2.DescribeNetworkInterfacesInput{Filters: []types.Filter{{Name: sdkaws.String("vpc-id"), Values: []string{vpcID}}}}
+	var hs []Holder
+	for {
+		out, err := p.ec2.DescribeNetworkInterfaces(ctx, in)
+		if err != nil {
+			return nil, ec2Error("DescribeNetworkInterfaces", fmt.Sprintf("list network interfaces of %s holding %s", vpcID, ip), err)
+		}
+		for _, n := range out.NetworkInterfaces {
+			for _, pip := range n.PrivateIpAddresses {
+				if sdkaws.ToString(pip.PrivateIpAddress) != ip {
+					continue
+				}
+				h := Holder{ENI: sdkaws.ToString(n.NetworkInterfaceId), SubnetID: sdkaws.ToString(n.SubnetId), Primary: sdkaws.ToBool(pip.Primary)}
+				if n.Attachment != nil {
+					h.InstanceID = sdkaws.ToString(n.Attachment.InstanceId)
+				}
+				hs = append(hs, h)
+			}
+		}
+		if sdkaws.ToString(out.NextToken) == "" {
+			return hs, nil
+		}
+		in.NextToken = out.NextToken
+	}
+}
+
+func heldBy(hs []Holder, eni string) bool {
+	for _, h := range hs {
+		if h.ENI == eni {
+			return true
+		}
+	}
+	return false
+}
+
+// isSecondaryIn reports whether eni holds the address as a secondary IP, in
+// subnet (any subnet when empty).
+func isSecondaryIn(hs []Holder, eni, subnet string) bool {
+	for _, h := range hs {
+		if h.ENI == eni && !h.Primary && (subnet == "" || h.SubnetID == subnet) {
+			return true
+		}
+	}
+	return false
+}
+
+func refusePrimaryElsewhere(hs []Holder, eni, ip string) error {
+	for _, h := range hs {
+		if h.Primary && h.ENI != eni {
+			return errorf(ReasonAddressInUse, "%s is the primary private IP of %s (instance %s); a primary address cannot be moved, so it cannot be a static IP", ip, h.ENI, h.InstanceID)
+		}
+	}
+	return nil
+}
+
+func holderList(hs []Holder) string {
+	if len(hs) == 0 {
+		return "none"
+	}
+	s := make([]string, len(hs))
+	for i, h := range hs {
+		s[i] = h.ENI
+	}
+	return strings.Join(s, ", ")
+}
