@@ -263,18 +263,19 @@ func TestStaticIPAttackFrozenAgent(t *testing.T) {
 		20*time.Second, 100*time.Millisecond).Should(Equal(staticip.PodName(before.Status.Pod)))
 	holder := &corev1.Pod{}
 	g.Expect(s.c.Get(ctx, podKey(before.Status.Pod), holder)).To(Succeed())
-	oldPodIP := holder.Status.PodIP
+	oldPodIP := netip.MustParseAddr(holder.Status.PodIP)
 	g.Expect(nftHolds(frozenNode, addr)).To(BeTrue(), "the holder's node translates for the address")
 
 	const lifetime = 2 * time.Second // the ip-agent's default --lease-duration
 	froze := time.Now()
 	resume := s.freezeAsync(t, s.agents[frozenNode])
+	t.Logf("froze the agent of %s (holder %s) at %s", frozenNode, before.Status.Pod, froze.UTC().Format("15:04:05.000"))
 	resumed := time.AfterFunc(6*time.Second, resume)
 
 	// Meanwhile the holder pod goes and a new pod on the frozen node gets
 	// its pod IP.
 	g.Expect(s.c.Delete(ctx, holder, client.GracePeriodSeconds(0))).To(Succeed())
-	reuser := s.podWithIP(t, g, frozenNode, oldPodIP)
+	reuser := s.reusePodIP(t, g, frozenNode, before.Status.Pod, oldPodIP)
 
 	// After the lifetime (the kernel checks lifetimes about once a second),
 	// nothing of the address is left on the frozen node.
@@ -282,8 +283,8 @@ func TestStaticIPAttackFrozenAgent(t *testing.T) {
 	g.Expect(answersOn(addr)).NotTo(ContainElement(frozenNode), "the address outlived its lifetime on the frozen node")
 	g.Expect(nftHolds(frozenNode, addr)).To(BeFalse(), "table inet kubext on the frozen node still translates for %s", addr)
 	g.Expect(time.Since(froze)).To(BeNumerically("<", 6*time.Second), "the lab was too slow: the egress check would start after the agent resumed")
-	src, err := staticip.SourceSeenByClient(theLab, s.pods, "default/"+reuser)
-	t.Logf("new pod %s with the old holder's pod IP %s on the frozen node: the client saw %q (%v)", reuser, oldPodIP, src, err)
+	src, err := staticip.SourceSeenFrom(theLab, reuser)
+	t.Logf("a new pod with the old holder's pod IP %s on the frozen node connected: the client saw %q (%v)", oldPodIP, src, err)
 	g.Expect(src).NotTo(Equal(addr.String()), "a new pod with the old holder's pod IP left as the static IP")
 	lastFrozen := splits.LastSent(frozenNode)
 	g.Expect(lastFrozen.Before(froze.Add(lifetime+1500*time.Millisecond))).To(BeTrue(),
@@ -299,7 +300,7 @@ func TestStaticIPAttackFrozenAgent(t *testing.T) {
 		g.Expect(answersOn(addr)).To(Equal([]string{ip.Status.Node}))
 		g.Expect(staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second)).To(Equal(staticip.PodName(ip.Status.Pod)))
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
-	t.Logf("frames sent as %s by node: %v", addr, splits.Senders())
+	t.Logf("frames sent as %s by node: %v; IP now on %s, moved at %v", addr, splits.Senders(), s.ip(g, "frozen").Status.Node, s.ip(g, "frozen").Status.LastMoveTime)
 }
 
 // Deleting the reservation (kubectl delete ipaddress) or the IP in the
@@ -634,35 +635,17 @@ func pinned(dep *appsv1.Deployment, node string) *appsv1.Deployment {
 	return dep
 }
 
-// podWithIP runs a pod on node whose pod IP is addr (kwok may give it
-// another one; its status is then set to addr, as a CNI reusing a freed
-// address would), with the lab's pod server behind it. The pod claims an
-// IP that does not exist, only so that the lab's pod network plumbs it.
-func (s *staticIPStack) podWithIP(t *testing.T, g Gomega, node, addr string) string {
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "reuser", Namespace: "default", Annotations: map[string]string{ipv1.AnnotationIP: "no-such-ip"}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: ptr.To[int64](0),
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
-	}
-	g.Expect(s.c.Create(ctx, pod)).To(Succeed())
-	t.Cleanup(func() { _ = s.c.Delete(ctx, pod, client.GracePeriodSeconds(0)) })
-	g.Eventually(func(g Gomega) {
-		g.Expect(s.c.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
-		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-		g.Expect(pod.Status.PodIP).NotTo(BeEmpty())
-	}, 20*time.Second, 50*time.Millisecond).Should(Succeed())
-	if pod.Status.PodIP != addr {
-		t.Logf("kwok gave the new pod %s; setting it to the old holder's %s", pod.Status.PodIP, addr)
-		patch := fmt.Sprintf(`{"status":{"podIP":%q,"podIPs":[{"ip":%q}]}}`, addr, addr)
-		g.Expect(s.c.Status().Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
-	}
-	want := netip.MustParseAddr(addr)
-	g.Eventually(func() bool {
-		ns := s.pods.PodNamespace("default/reuser")
-		return ns != "" && namespaceHas(ns, want)
-	}, 20*time.Second, 50*time.Millisecond).Should(BeTrue(), "the lab plumbed the new pod with %s", addr)
-	return pod.Name
+// reusePodIP puts a new pod namespace behind the node with addr, the pod
+// IP of a pod that is gone, as a CNI reusing a freed address would (kwok
+// hands out pod IPs in sequence, so a real pod would not get it soon). It
+// waits until the lab has unplugged the old pod.
+func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, addr netip.Addr) string {
+	g.Eventually(func() string { return s.pods.PodNamespace(oldPod) }, 20*time.Second, 20*time.Millisecond).
+		Should(BeEmpty(), "the lab unplugged %s", oldPod)
+	ns, err := theLab.Net.AddPod(node, "reuser", addr)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = theLab.Net.RemovePod(node, "reuser") })
+	return ns
 }
 
 // namespaceHas reports whether the network namespace has the address.
