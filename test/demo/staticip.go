@@ -150,16 +150,11 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 	if now.Status.Pod != ip.Status.Pod {
 		return fmt.Errorf("telco-gw moved from %s to %s", ip.Status.Pod, now.Status.Pod)
 	}
-	say("telco-gw is still held by %s; standbys %v. Who may claim it:", now.Status.Pod, now.Status.Standbys)
-	if out, err := d.lab.Kubectl(ctx, "explain", "ippools.spec.claimants"); err == nil {
-		fmt.Print(indent(firstLines(string(out), 12)))
+	say("telco-gw is still held by %s; standbys %v. The plugin says who may claim it and why the intruder may not:", now.Status.Pod, now.Status.Standbys)
+	if err := plugin(ctx, d, "ip", "explain", "telco-gw"); err != nil {
+		return err
 	}
 	return c.Delete(ctx, staticip.DeploymentIn("intruder", "intruder", "telco-gw", 1))
-}
-
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 func indent(s string) string {
