@@ -137,9 +137,9 @@ func TestStaticIPAttackClaimFromOtherNamespace(t *testing.T) {
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(ipv1.ReasonNoAllowedClaimant))
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
-	g.Eventually(func() ([]corev1.Event, error) { return podEvents(ctx, "intruder", intruderPod, "ClaimRefused") },
+	g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "intruder", intruderPod) },
 		30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty(), "a ClaimRefused Event on the intruder pod")
-	ev, _ := podEvents(ctx, "intruder", intruderPod, "ClaimRefused")
+	ev, _ := refusals(ctx, "intruder", intruderPod)
 	t.Logf("event on intruder/%s: %s %s: %s", intruderPod, ev[0].Type, ev[0].Reason, ev[0].Message)
 	g.Expect(ev[0].Type).To(Equal(corev1.EventTypeWarning))
 
@@ -490,9 +490,9 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 		// Allowed by claimants, so not NoAllowedClaimant: no node can
 		// hold it for this pod.
 		s.expectNotAttached(g, "host-net", ipv1.ReasonNoEligibleNode, "host network")
-		g.Eventually(func() ([]corev1.Event, error) { return podEvents(ctx, "default", pod, "ClaimRefused") },
+		g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "default", pod) },
 			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
-		ev, _ := podEvents(ctx, "default", pod, "ClaimRefused")
+		ev, _ := refusals(ctx, "default", pod)
 		t.Logf("hostNetwork pod %s: %s", pod, ev[0].Message)
 	})
 
@@ -512,9 +512,9 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 		})
 		pod := s.runningPod(g, "default", "v6-app")
 		s.expectNotAttached(g, "v6", ipv1.ReasonNoEligibleNode, "no IPv6 address")
-		g.Eventually(func() ([]corev1.Event, error) { return podEvents(ctx, "default", pod, "ClaimRefused") },
+		g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "default", pod) },
 			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
-		ev, _ := podEvents(ctx, "default", pod, "ClaimRefused")
+		ev, _ := refusals(ctx, "default", pod)
 		t.Logf("IPv4-only pod %s: %s", pod, ev[0].Message)
 	})
 }
@@ -611,13 +611,14 @@ func (s *staticIPStack) recordIP(t *testing.T, name string) func() []ipv1.IPStat
 	}
 }
 
-func podEvents(ctx context.Context, namespace, pod, reason string) ([]corev1.Event, error) {
+// refusals are the ClaimRefused Events of a pod.
+func refusals(ctx context.Context, namespace, pod string) ([]corev1.Event, error) {
 	cs, err := theLab.Clientset()
 	if err != nil {
 		return nil, err
 	}
 	list, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{
-		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod + ",reason=" + reason})
+		FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + pod + ",reason=ClaimRefused"})
 	if err != nil {
 		return nil, err
 	}
@@ -648,25 +649,6 @@ func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, 
 	return ns
 }
 
-// namespaceHas reports whether the network namespace has the address.
-func namespaceHas(namespace string, addr netip.Addr) bool {
-	ns, err := netns.GetFromName(namespace)
-	if err != nil {
-		return false
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return false
-	}
-	defer h.Close()
-	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return false
-	}
-	return slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(addr.AsSlice()) })
-}
-
 // nftHolds reports whether table inet kubext on the node maps the address
 // (dnat4 key) or maps anything to it (snat4 value).
 func nftHolds(node string, addr netip.Addr) (bool, error) {
@@ -679,7 +661,7 @@ func nftHolds(node string, addr netip.Addr) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer c.CloseLasting()
+	defer func() { _ = c.CloseLasting() }()
 	table := &nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}
 	a := addr.AsSlice()
 	for _, m := range []struct {
