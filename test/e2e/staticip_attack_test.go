@@ -303,9 +303,9 @@ func TestStaticIPAttackFrozenAgent(t *testing.T) {
 	now := s.ip(g, "frozen")
 	t.Logf("frames sent as %s by node: %v; IP now on %s, moved at %v", addr, splits.Senders(), now.Status.Node, now.Status.LastMoveTime)
 	if now.Status.Node != frozenNode {
-		last := splits.LastSent(frozenNode)
+		last, kind := splits.LastSent(frozenNode)
 		g.Expect(last.Before(froze.Add(lifetime+1500*time.Millisecond))).To(BeTrue(),
-			"the frozen node sent as %s at %s, %s after it froze (it resumed after 6 s)", addr, last.UTC().Format("15:04:05.000"), last.Sub(froze))
+			"the frozen node sent as %s (%s) at %s, %s after it froze (it resumed after 6 s)", addr, kind, last.UTC().Format("15:04:05.000"), last.Sub(froze))
 	}
 }
 
@@ -649,8 +649,12 @@ func pinned(dep *appsv1.Deployment, node string) *appsv1.Deployment {
 func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, addr netip.Addr) string {
 	g.Eventually(func() string { return s.pods.PodNamespace(oldPod) }, 20*time.Second, 20*time.Millisecond).
 		Should(BeEmpty(), "the lab unplugged %s", oldPod)
-	ns, err := theLab.Net.AddPod(node, "reuser", addr)
-	g.Expect(err).NotTo(HaveOccurred())
+	// The lab may still be removing the old pod's route.
+	var ns string
+	g.Eventually(func() (err error) {
+		ns, err = theLab.Net.AddPod(node, "reuser", addr)
+		return err
+	}, 3*time.Second, 50*time.Millisecond).Should(Succeed())
 	t.Cleanup(func() { _ = theLab.Net.RemovePod(node, "reuser") })
 	return ns
 }

@@ -87,6 +87,8 @@ type SplitDetector struct {
 	dropped  int
 	samples  int
 	sent     map[string]int // frames sent as the address, by node
+	kinds    map[string]int // the same by node and frame kind
+	lastKind map[string]string
 	errs     []error
 	lastSeen map[string]time.Time
 }
@@ -103,7 +105,8 @@ func NewSplitDetector(n *labnet.Network, addr netip.Addr) (*SplitDetector, error
 		return nil, fmt.Errorf("split detector: %s: only IPv4 addresses are watched", addr)
 	}
 	d := &SplitDetector{addr: addr, macs: map[string]string{}, stop: make(chan struct{}),
-		round: map[string]bool{}, sent: map[string]int{}, lastSeen: map[string]time.Time{}}
+		round: map[string]bool{}, sent: map[string]int{}, kinds: map[string]int{},
+		lastSeen: map[string]time.Time{}, lastKind: map[string]string{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -191,15 +194,21 @@ func (d *SplitDetector) capture(own net.HardwareAddr) {
 			continue
 		}
 		var src []byte
+		kind := ""
 		switch binary.BigEndian.Uint16(f[12:14]) {
 		case unix.ETH_P_ARP:
 			// Sender protocol address: replies and gratuitous ARP.
 			if n >= 42 && binary.BigEndian.Uint16(f[16:18]) == unix.ETH_P_IP {
 				src = f[28:32]
+				kind = "arp-reply"
+				if binary.BigEndian.Uint16(f[20:22]) == 1 || [4]byte(f[38:42]) == want {
+					kind = "arp-announce"
+				}
 			}
 		case unix.ETH_P_IP:
 			if n >= 34 {
 				src = f[26:30]
+				kind = "ipv4"
 			}
 		}
 		if src == nil || [4]byte(src) != want {
@@ -212,7 +221,9 @@ func (d *SplitDetector) capture(own net.HardwareAddr) {
 		d.mu.Lock()
 		d.round[sender] = true
 		d.sent[sender]++
+		d.kinds[sender+" "+kind]++
 		d.lastSeen[sender] = time.Now()
+		d.lastKind[sender] = kind
 		d.mu.Unlock()
 	}
 }
@@ -349,11 +360,12 @@ func (d *SplitDetector) Senders() map[string]int {
 	return out
 }
 
-// LastSent is when the node last sent as the address (zero if never).
-func (d *SplitDetector) LastSent(node string) time.Time {
+// LastSent is when the node last sent as the address (zero if never) and
+// what: arp-reply, arp-announce (gratuitous ARP) or ipv4.
+func (d *SplitDetector) LastSent(node string) (time.Time, string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.lastSeen[node]
+	return d.lastSeen[node], d.lastKind[node]
 }
 
 // Samples is how many samples the detector has taken.
@@ -368,7 +380,7 @@ func (d *SplitDetector) Report() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "split detector for %s: %d samples, frames sent as it by node %v, %d splits", d.addr, d.samples, d.sent, len(d.splits)+d.dropped)
+	fmt.Fprintf(&b, "split detector for %s: %d samples, frames sent as it by node %v (by kind %v), %d splits", d.addr, d.samples, d.sent, d.kinds, len(d.splits)+d.dropped)
 	for _, s := range d.splits {
 		fmt.Fprintf(&b, "\n  %s", s)
 	}
