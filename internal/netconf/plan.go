@@ -154,6 +154,12 @@ func resolve(desired []Assignment, links linkSet, mainRoutes []netlink.Route, fo
 			failed[a.Address] = fmt.Errorf("address is already configured on %s, not by kubext", ifname)
 			continue
 		}
+		if dst := gatewayOf(a.Address, mainRoutes); dst != "" {
+			// Answering for the router's address would black-hole every
+			// packet the node and its neighbours send through it.
+			failed[a.Address] = fmt.Errorf("address is the gateway of this node's route to %s", dst)
+			continue
+		}
 		link, err := uplink(a, links, mainRoutes)
 		if err != nil {
 			failed[a.Address] = err
@@ -164,6 +170,19 @@ func resolve(desired []Assignment, links linkSet, mainRoutes []netlink.Route, fo
 		targets = append(targets, target{Assignment: a, link: link})
 	}
 	return targets, failed
+}
+
+// gatewayOf names the destination of a route whose gateway is addr, or "".
+func gatewayOf(addr netip.Addr, routes []netlink.Route) string {
+	for _, r := range routes {
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok && gw.Unmap() == addr {
+			if r.Dst == nil {
+				return "the default destination"
+			}
+			return r.Dst.String()
+		}
+	}
+	return ""
 }
 
 func validate(a Assignment) error {

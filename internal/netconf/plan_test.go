@@ -92,6 +92,11 @@ func TestResolve(t *testing.T) {
 		desired: []Assignment{{Address: addrOf("198.51.100.10"), PodIP: addrOf("10.0.0.1"), Interface: "eth0"}},
 		foreign: map[netip.Addr]string{addrOf("198.51.100.10"): "eth1"},
 		failed:  []netip.Addr{addrOf("198.51.100.10")},
+	}, {
+		name:    "the node's gateway is never taken",
+		desired: []Assignment{{Address: addrOf("203.0.113.1"), PodIP: addrOf("10.0.0.1")}, {Address: addrOf("203.0.113.9"), PodIP: addrOf("10.0.0.2")}},
+		want:    []Assignment{{Address: addrOf("203.0.113.9"), PodIP: addrOf("10.0.0.2"), Interface: "eth0"}},
+		failed:  []netip.Addr{addrOf("203.0.113.1")},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
