@@ -8,6 +8,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -95,6 +96,13 @@ func delAddr(node string, addr netip.Addr) {
 	defer h.Close()
 	if eth0, err := h.LinkByName("eth0"); err == nil {
 		_ = h.AddrDel(eth0, &netlink.Addr{IPNet: netlink.NewIPNet(addr.AsSlice())})
+	}
+}
+
+func delRoute(node string, addr netip.Addr) {
+	if h, err := nodeHandle(node); err == nil {
+		_ = h.RouteDel(&netlink.Route{Dst: netlink.NewIPNet(addr.AsSlice())})
+		h.Close()
 	}
 }
 
@@ -649,10 +657,15 @@ func pinned(dep *appsv1.Deployment, node string) *appsv1.Deployment {
 func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, addr netip.Addr) string {
 	g.Eventually(func() string { return s.pods.PodNamespace(oldPod) }, 20*time.Second, 20*time.Millisecond).
 		Should(BeEmpty(), "the lab unplugged %s", oldPod)
-	// The lab may still be removing the old pod's route.
+	// The lab may still be removing the old pod's route, or (seen with the
+	// first pod IP of a node) leave it behind: the new pod takes it over.
 	var ns string
 	g.Eventually(func() (err error) {
 		ns, err = theLab.Net.AddPod(node, "reuser", addr)
+		if errors.Is(err, syscall.EEXIST) {
+			t.Logf("a route to %s is left on %s: %v; removing it", addr, node, err)
+			delRoute(node, addr)
+		}
 		return err
 	}, 3*time.Second, 50*time.Millisecond).Should(Succeed())
 	t.Cleanup(func() { _ = theLab.Net.RemovePod(node, "reuser") })

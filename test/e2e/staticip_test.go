@@ -159,6 +159,7 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	// The holder's node dies: agent gone, network cut, NotReady.
 	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
 	start := time.Now()
+	t.Logf("killed %s at %s", holderNode, start.UTC().Format("15:04:05.000"))
 	g.Eventually(func() (string, error) {
 		return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, 100*time.Millisecond)
 	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
@@ -171,6 +172,7 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 
 	// The dead node comes back without its lease: it must not answer.
 	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
+	t.Logf("revived %s at %s, %s after it was killed", holderNode, time.Now().UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
 	agent, err := theLab.StartIPAgent(ctx, holderNode)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.agents[holderNode] = agent
