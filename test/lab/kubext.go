@@ -159,22 +159,8 @@ var installIPAgent sync.Mutex
 func (l *Lab) InstallIPAgent(ctx context.Context) error {
 	installIPAgent.Lock()
 	defer installIPAgent.Unlock()
-	cs, err := l.Clientset()
-	if err != nil {
-		return err
-	}
-	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, ipAgentPolicy, metav1.GetOptions{})
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return err
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
-	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+	root, done, err := l.prepareAgentAccess(ctx, ipAgentPolicy)
+	if err != nil || done {
 		return err
 	}
 	objs, err := RenderIPAgentAccess(ctx, filepath.Join(l.K8sDir(), "kubectl"), filepath.Join(root, "config", "default"))
@@ -201,6 +187,28 @@ func (l *Lab) InstallIPAgent(ctx context.Context) error {
 	}
 	l.log("Installed the ip-agent's RBAC and admission policy (%d objects from config/default)", len(objs))
 	return nil
+}
+
+// prepareAgentAccess is the start of installing an agent's access: done
+// when the binding of its admission policy is already there; otherwise the
+// repository root to read the manifests from, with the system namespace
+// created.
+func (l *Lab) prepareAgentAccess(ctx context.Context, policyBinding string) (root string, done bool, err error) {
+	cs, err := l.Clientset()
+	if err != nil {
+		return "", false, err
+	}
+	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, policyBinding, metav1.GetOptions{})
+	if err == nil {
+		return "", true, nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return "", false, err
+	}
+	if root, err = RepoRoot(); err != nil {
+		return "", false, err
+	}
+	return root, false, l.EnsureNamespace(ctx, SystemNamespace)
 }
 
 // RenderIPAgentAccess renders the kustomization in dir with kubectl

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -119,22 +118,8 @@ func (l *Lab) StartRebootAgent(ctx context.Context, node string, args ...string)
 func (l *Lab) InstallRebootAgent(ctx context.Context) error {
 	installRebootAgent.Lock()
 	defer installRebootAgent.Unlock()
-	cs, err := l.Clientset()
-	if err != nil {
-		return err
-	}
-	_, err = cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, rebootAgentPolicy, metav1.GetOptions{})
-	if err == nil {
-		return nil
-	}
-	if !apierrors.IsNotFound(err) {
-		return err
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return err
-	}
-	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+	root, done, err := l.prepareAgentAccess(ctx, rebootAgentPolicy)
+	if err != nil || done {
 		return err
 	}
 	// The RBAC as config/default deploys it: in kubext-system, every name

@@ -37,6 +37,26 @@ func (f *fixture) podIn(ns, name, ip, node, podIP string, labels map[string]stri
 	return p
 }
 
+// holderAndStandby makes IP name in a new pool of cidr (named f.name("pool")),
+// claimed by a holder on a first node and, younger, a standby on a second,
+// each with an agent, and waits until the holder is confirmed and the
+// standby listed.
+func (f *fixture) holderAndStandby(name, cidr, holderIP, standbyIP string) (n1, n2 string, a1 *fakeAgent) {
+	f.t.Helper()
+	pool := f.name("pool")
+	f.pool(pool, cidr)
+	n1, n2 = f.node(f.name("a")), f.node(f.name("b"))
+	a1 = startAgent(f.t, n1)
+	startAgent(f.t, n2)
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, holderIP)
+	f.g.Eventually(func() string { return f.ip(name).Status.AttachedPod }, waitFor).ShouldNot(BeEmpty())
+	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
+	f.pod(f.name("second"), name, n2, standbyIP)
+	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(HaveLen(1))
+	return n1, n2, a1
+}
+
 // A pod in a namespace the IP's pool does not allow never holds the IP and
 // is never a standby, although it claimed first (older); it is told why.
 func TestOnlyAllowedPodsClaim(t *testing.T) {
@@ -130,17 +150,8 @@ func TestUnfitClaimantsAreRefusedWithAReason(t *testing.T) {
 // can) says nothing about its agent: the address stays where it is.
 func TestDeletedLeaseMovesNothing(t *testing.T) {
 	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.152/29")
-	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
-	startAgent(t, n1)
-	startAgent(t, n2)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("first"), name, n1, "192.0.2.61")
-	f.g.Eventually(func() string { return f.ip(name).Status.AttachedPod }, waitFor).ShouldNot(BeEmpty())
-	time.Sleep(50 * time.Millisecond)
-	f.pod(f.name("second"), name, n2, "192.0.2.62")
-	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(HaveLen(1))
+	name := f.name("ip")
+	n1, _, _ := f.holderAndStandby(name, "203.0.113.152/29", "192.0.2.61", "192.0.2.62")
 	before := f.ip(name).Status
 
 	// Delete it again and again for 3 s (more than the 1 s lease): the
@@ -234,15 +245,7 @@ func TestWaitingIPsAreRetriedWhenTheCauseGoes(t *testing.T) {
 func TestShrunkPoolKeepsTheAddressAndItsFailover(t *testing.T) {
 	f := newFixture(t)
 	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.176/29")
-	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
-	a1 := startAgent(t, n1)
-	startAgent(t, n2)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("first"), name, n1, "192.0.2.81")
-	f.g.Eventually(func() string { return f.ip(name).Status.AttachedPod }, waitFor).ShouldNot(BeEmpty())
-	time.Sleep(50 * time.Millisecond)
-	f.pod(f.name("second"), name, n2, "192.0.2.82")
+	_, n2, a1 := f.holderAndStandby(name, "203.0.113.176/29", "192.0.2.81", "192.0.2.82")
 	addr := f.ip(name).Status.Address
 
 	p := &ipv1.IPPool{}
