@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
@@ -41,9 +42,10 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	subnet := d.lab.Net.Subnet
 	poolCIDR := netip.PrefixFrom(staticip.Nth(subnet, 96), 28)
 	addr := staticip.Nth(subnet, 100)
-	say("Creating IPPool %q (%s) and IP %q with the fixed address %s", "partners", poolCIDR, "telco-gw", addr)
+	say("Creating IPPool %q (%s), claimable from namespace default only, and IP %q with the fixed address %s", "partners", poolCIDR, "telco-gw", addr)
 	if err := c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "partners"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{poolCIDR.String()}}}); err != nil {
+		Spec: ipv1.IPPoolSpec{Addresses: []string{poolCIDR.String()},
+			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
 	}
 	if err := c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "telco-gw"},
@@ -72,6 +74,10 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 		say("Pod %s -> partner: the partner sees the connection coming from %s", staticip.PodName(ip.Status.Pod), src)
 	} else {
 		say("(egress check failed: %v)", err)
+	}
+
+	if err := intruderScenario(ctx, d, c, ip); err != nil {
+		return err
 	}
 
 	say("Killing node %s (agent stopped, network cut, NotReady) ...", ip.Status.Node)
@@ -109,6 +115,46 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 		fmt.Print(indent(string(out)))
 	}
 	return nil
+}
+
+// intruderScenario: a pod in another namespace claims telco-gw; it is
+// refused, and the holder keeps the address.
+func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP) error {
+	say("A pod in namespace %q claims telco-gw too (annotation %s: telco-gw) ...", "intruder", ipv1.AnnotationIP)
+	if err := d.lab.EnsureNamespace(ctx, "intruder"); err != nil {
+		return err
+	}
+	if err := c.Create(ctx, staticip.DeploymentIn("intruder", "intruder", "telco-gw", 1)); err != nil {
+		return err
+	}
+	var events []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := d.lab.Kubectl(ctx, "get", "events", "-n", "intruder", "--field-selector", "reason=ClaimRefused",
+			"-o", "custom-columns=TYPE:.type,REASON:.reason,OBJECT:.involvedObject.name,MESSAGE:.message")
+		if err == nil && strings.Count(string(out), "\n") > 1 {
+			events = out
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the intruder's claim was not refused (no ClaimRefused Event within 30 s)")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	say("Refused: the pod's Events say why")
+	fmt.Print(indent(string(events)))
+	now := &ipv1.IP{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "telco-gw"}, now); err != nil {
+		return err
+	}
+	if now.Status.Pod != ip.Status.Pod {
+		return fmt.Errorf("telco-gw moved from %s to %s", ip.Status.Pod, now.Status.Pod)
+	}
+	say("telco-gw is still held by %s; standbys %v. The plugin says who may claim it and why the intruder may not:", now.Status.Pod, now.Status.Standbys)
+	if err := plugin(ctx, d, "ip", "explain", "telco-gw"); err != nil {
+		return err
+	}
+	return c.Delete(ctx, staticip.DeploymentIn("intruder", "intruder", "telco-gw", 1))
 }
 
 func indent(s string) string {

@@ -78,6 +78,22 @@ const (
 	e2ePool = "203.0.113.96/28"
 )
 
+// defaultClaimants lets the pods of the default namespace claim a pool's
+// IPs; without claimants no pod may claim them.
+func defaultClaimants() *ipv1.PoolClaimants {
+	return &ipv1.PoolClaimants{Namespaces: []string{"default"}}
+}
+
+// ensureE2EPool creates the pool the e2e tests share (another test may
+// have made it).
+func (s *staticIPStack) ensureE2EPool(g Gomega) {
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}, Claimants: defaultClaimants()}}
+	if err := s.c.Create(context.Background(), pool); err != nil {
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), "%v", err)
+	}
+}
+
 func (s *staticIPStack) ip(g Gomega, name string) *ipv1.IP {
 	ip := &ipv1.IP{}
 	g.Expect(s.c.Get(context.Background(), client.ObjectKey{Name: name}, ip)).To(Succeed())
@@ -112,11 +128,9 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	addr := netip.MustParseAddr("203.0.113.100")
+	staticip.WatchSplits(t, theLab.Net, addr)
 
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"}, Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}
-	if err := s.c.Create(ctx, pool); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
-	}
+	s.ensureE2EPool(g)
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "partner"}, Spec: ipv1.IPSpec{Address: addr.String()}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
 	dep := staticip.Deployment("partner-app", "partner", 2)
@@ -145,6 +159,7 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	// The holder's node dies: agent gone, network cut, NotReady.
 	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
 	start := time.Now()
+	t.Logf("killed %s at %s", holderNode, start.UTC().Format("15:04:05.000"))
 	g.Eventually(func() (string, error) {
 		return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, 100*time.Millisecond)
 	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
@@ -157,6 +172,7 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 
 	// The dead node comes back without its lease: it must not answer.
 	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
+	t.Logf("revived %s at %s, %s after it was killed", holderNode, time.Now().UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
 	agent, err := theLab.StartIPAgent(ctx, holderNode)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.agents[holderNode] = agent
@@ -175,7 +191,9 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	addr := netip.MustParseAddr("203.0.113.101")
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-restarts"}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.101/32"}}}
+	staticip.WatchSplits(t, theLab.Net, addr)
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-restarts"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.101/32"}, Claimants: defaultClaimants()}}
 	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "restarts"}, Spec: ipv1.IPSpec{Pool: "e2e-restarts"}}
 	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
@@ -233,11 +251,7 @@ func TestStaticIPConcurrentCreationsOfOneAddress(t *testing.T) {
 	s := staticIP(t)
 	g := NewWithT(t)
 	ctx := context.Background()
-	// The pool that contains the address (another test may have made it).
-	if err := s.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{e2ePool}}}); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
-	}
+	s.ensureE2EPool(g)
 	const n = 50
 	var wg sync.WaitGroup
 	start := make(chan struct{})

@@ -40,11 +40,17 @@ func NewClient(l *lab.Lab) (client.Client, error) {
 	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
-// Deployment runs replicas pods that claim the IP, each on its own node.
+// Deployment runs replicas pods in the default namespace that claim the IP,
+// each on its own node.
 func Deployment(name, ip string, replicas int32) *appsv1.Deployment {
+	return DeploymentIn("default", name, ip, replicas)
+}
+
+// DeploymentIn is Deployment in another namespace.
+func DeploymentIn(namespace, name, ip string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -124,6 +130,16 @@ func AskUntil(namespace string, addr netip.Addr, want string, timeout time.Durat
 // SourceSeenByClient has the pod connect to a server in the lab's client
 // namespace and returns the source address the server saw.
 func SourceSeenByClient(l *lab.Lab, pods *lab.PodNetwork, pod string) (string, error) {
+	ns := pods.PodNamespace(pod)
+	if ns == "" {
+		return "", fmt.Errorf("pod %s has no namespace in the lab pod network", pod)
+	}
+	return SourceSeenFrom(l, ns)
+}
+
+// SourceSeenFrom connects from a network namespace to a server in the
+// lab's client namespace and returns the source address the server saw.
+func SourceSeenFrom(l *lab.Lab, ns string) (string, error) {
 	server := netip.AddrPortFrom(l.Net.ClientAddr(), 7071).String()
 	var ln net.Listener
 	if err := labnet.Do(l.Net.ClientNamespace(), func() (err error) {
@@ -141,10 +157,6 @@ func SourceSeenByClient(l *lab.Lab, pods *lab.PodNetwork, pod string) (string, e
 			seen <- host
 		}
 	}()
-	ns := pods.PodNamespace(pod)
-	if ns == "" {
-		return "", fmt.Errorf("pod %s has no namespace in the lab pod network", pod)
-	}
 	if err := labnet.Do(ns, func() error {
 		c, err := net.DialTimeout("tcp", server, 3*time.Second)
 		if err != nil {

@@ -80,15 +80,28 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 
 	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
 	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}}}); err != nil {
+		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()},
+			// The bench's pods run in default; no other pod may claim.
+			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
 	}
 	fmt.Printf("Settings: ip-agent --lease-duration=%s --renew-interval=%s; probe every 50 ms, 100 ms timeout\n", leaseDuration, renew)
 
-	downtimes, err := b.failovers(ctx, trials, staticip.Nth(l.Net.Subnet, 100))
+	// Two nodes answering at once during a failover would make its
+	// downtime meaningless: the split detector watches every trial.
+	addr := staticip.Nth(l.Net.Subnet, 100)
+	splits, err := staticip.NewSplitDetector(l.Net, addr)
 	if err != nil {
 		return err
 	}
+	downtimes, err := b.failovers(ctx, trials, addr)
+	if _, derr := splits.Stop(); derr != nil && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println(splits.Report())
 	attaches, err := b.attachments(ctx, attachTrials)
 	if err != nil {
 		return err
@@ -97,9 +110,9 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), len(downtimes))
 	fmt.Printf("attach latency, pod Ready -> IP Ready (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
 		stats.Percentile(attaches, 50), stats.Percentile(attaches, 99), slices.Max(attaches), len(attaches))
-	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g\n",
+	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
-		len(downtimes), leaseDuration.Seconds(), renew.Seconds())
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()))
 	return nil
 }
 

@@ -1,0 +1,421 @@
+package staticip
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mdlayher/packet"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/kubext/kubext/test/lab/labnet"
+)
+
+// A split is a static IP answered for by two nodes at once: a partner's
+// connections and replies then go to either, at random. The detector
+// watches for one in two independent ways, every SampleInterval:
+//
+//   - configured: the address is on an interface of more than one node
+//     namespace whose uplink is up (a node cut off the bridge cannot answer,
+//     so it does not count until it is back on it);
+//   - sending: more than one node sends as the address within one sample,
+//     as seen on the wire from the client namespace (the partner's place):
+//     every sample the detector broadcasts an ARP request for the address
+//     and records the source MAC of every ARP reply for it, of every
+//     gratuitous ARP and of every IPv4 frame whose source is the address.
+//     Every node whose kernel holds the address replies to the request, so
+//     two holders show up in the same sample even when no traffic flows;
+//     and a node that has lost the address but still translates a pod's
+//     traffic to it (a stale SNAT entry) shows up as a second sender next
+//     to the holder's reply.
+//
+// The capture is a raw packet socket on the client's eth0 rather than
+// conntrack or neighbour state: those show what the client decided, one
+// MAC per address, and so cannot show two nodes answering at once.
+// IPv4 only: the lab's static IPs are IPv4.
+
+// SampleInterval is how often the detector samples.
+const SampleInterval = 10 * time.Millisecond
+
+// maxEpisodes bounds the memory a detector uses: after that many splits it
+// only counts them.
+const maxEpisodes = 64
+
+// maxRun bounds a detector's life should its owner never stop it.
+const maxRun = 15 * time.Minute
+
+// Split is one episode of consecutive samples in which the same nodes
+// answered for the address at once.
+type Split struct {
+	// Kind is "configured" or "sending".
+	Kind string
+	// Nodes are the nodes (or unknown MACs) that answered at once.
+	Nodes []string
+	// From and To are the first and last sample that saw it.
+	From, To time.Time
+	// Samples is how many samples saw it.
+	Samples int
+}
+
+func (s Split) String() string {
+	return fmt.Sprintf("%s on %s from %s to %s (%d samples)", s.Kind, strings.Join(s.Nodes, "+"),
+		s.From.UTC().Format("15:04:05.000"), s.To.UTC().Format("15:04:05.000"), s.Samples)
+}
+
+// SplitDetector watches one address; see [WatchSplits].
+type SplitDetector struct {
+	addr    netip.Addr
+	nodes   []nodeProbe
+	macs    map[string]string // node eth0 MAC -> node name
+	client  *packet.Conn
+	probe   []byte
+	stop    chan struct{}
+	done    sync.WaitGroup
+	stopped sync.Once
+
+	mu       sync.Mutex
+	round    map[string]bool // senders seen in the current sample
+	splits   []Split
+	dropped  int
+	samples  int
+	sent     map[string]int // frames sent as the address, by node
+	kinds    map[string]int // the same by node and frame kind
+	lastKind map[string]string
+	errs     []error
+	lastSeen map[string]time.Time
+}
+
+type nodeProbe struct {
+	name   string
+	handle *netlink.Handle
+}
+
+// NewSplitDetector starts watching addr on the lab network's nodes. Stop it
+// to read the result; it stops by itself after 15 minutes.
+func NewSplitDetector(n *labnet.Network, addr netip.Addr) (*SplitDetector, error) {
+	if !addr.Is4() {
+		return nil, fmt.Errorf("split detector: %s: only IPv4 addresses are watched", addr)
+	}
+	d := &SplitDetector{addr: addr, macs: map[string]string{}, stop: make(chan struct{}),
+		round: map[string]bool{}, sent: map[string]int{}, kinds: map[string]int{},
+		lastSeen: map[string]time.Time{}, lastKind: map[string]string{}}
+	ok := false
+	defer func() {
+		if !ok {
+			d.close()
+		}
+	}()
+	for _, m := range n.Nodes {
+		ns, err := netns.GetFromName(m.Namespace)
+		if err != nil {
+			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
+		}
+		h, err := netlink.NewHandleAt(ns)
+		ns.Close()
+		if err != nil {
+			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
+		}
+		d.nodes = append(d.nodes, nodeProbe{name: m.Name, handle: h})
+		eth0, err := h.LinkByName("eth0")
+		if err != nil {
+			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
+		}
+		d.macs[eth0.Attrs().HardwareAddr.String()] = m.Name
+	}
+	var clientMAC net.HardwareAddr
+	err := labnet.Do(n.ClientNamespace(), func() error {
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		clientMAC = ifi.HardwareAddr
+		d.client, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("split detector: capture in %s: %w", n.ClientNamespace(), err)
+	}
+	d.probe = arpRequest(clientMAC, n.ClientAddr(), addr)
+	d.done.Add(2)
+	go d.capture(clientMAC)
+	go d.sample()
+	ok = true
+	return d, nil
+}
+
+// arpRequest is a broadcast "who has target? tell sender" frame.
+func arpRequest(mac net.HardwareAddr, sender, target netip.Addr) []byte {
+	f := make([]byte, 42)
+	copy(f[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	copy(f[6:12], mac)
+	binary.BigEndian.PutUint16(f[12:], unix.ETH_P_ARP)
+	binary.BigEndian.PutUint16(f[14:], 1) // Ethernet
+	binary.BigEndian.PutUint16(f[16:], unix.ETH_P_IP)
+	f[18], f[19] = 6, 4
+	binary.BigEndian.PutUint16(f[20:], 1) // request
+	copy(f[22:28], mac)
+	s, t := sender.As4(), target.As4()
+	copy(f[28:32], s[:])
+	copy(f[38:42], t[:])
+	return f
+}
+
+// capture records who sends as the address.
+func (d *SplitDetector) capture(own net.HardwareAddr) {
+	defer d.done.Done()
+	buf := make([]byte, 2048)
+	want := d.addr.As4()
+	for {
+		select {
+		case <-d.stop:
+			return
+		default:
+		}
+		_ = d.client.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, _, err := d.client.ReadFrom(buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			d.fail(fmt.Errorf("split detector: capture: %w", err))
+			return
+		}
+		f := buf[:n]
+		if n < 14 || string(f[6:12]) == string(own) {
+			continue
+		}
+		var src []byte
+		kind := ""
+		switch binary.BigEndian.Uint16(f[12:14]) {
+		case unix.ETH_P_ARP:
+			// Sender protocol address: replies and gratuitous ARP.
+			if n >= 42 && binary.BigEndian.Uint16(f[16:18]) == unix.ETH_P_IP {
+				src = f[28:32]
+				kind = "arp-reply"
+				if binary.BigEndian.Uint16(f[20:22]) == 1 || [4]byte(f[38:42]) == want {
+					kind = "arp-announce"
+				}
+			}
+		case unix.ETH_P_IP:
+			if n >= 34 {
+				src = f[26:30]
+				kind = "ipv4"
+			}
+		}
+		if src == nil || [4]byte(src) != want {
+			continue
+		}
+		sender := net.HardwareAddr(f[6:12]).String()
+		if node, ok := d.macs[sender]; ok {
+			sender = node
+		}
+		d.mu.Lock()
+		d.round[sender] = true
+		d.sent[sender]++
+		d.kinds[sender+" "+kind]++
+		d.lastSeen[sender] = time.Now()
+		d.lastKind[sender] = kind
+		d.mu.Unlock()
+	}
+}
+
+// sample closes a sample every SampleInterval: it judges the senders seen
+// during it, lists the address on every node and sends the next probe.
+func (d *SplitDetector) sample() {
+	defer d.done.Done()
+	tick := time.NewTicker(SampleInterval)
+	defer tick.Stop()
+	deadline := time.After(maxRun)
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-deadline:
+			d.fail(fmt.Errorf("split detector: still running after %s; stopped", maxRun))
+			return
+		case now := <-tick.C:
+			d.mu.Lock()
+			senders := make([]string, 0, len(d.round))
+			for s := range d.round {
+				senders = append(senders, s)
+			}
+			clear(d.round)
+			d.samples++
+			d.mu.Unlock()
+			d.record("sending", senders, now)
+			d.record("configured", d.configured(), now)
+			if _, err := d.client.WriteTo(d.probe, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}); err != nil {
+				d.fail(fmt.Errorf("split detector: probe: %w", err))
+			}
+		}
+	}
+}
+
+// configured lists the nodes that have the address on an interface and
+// are on the bridge.
+func (d *SplitDetector) configured() []string {
+	var on []string
+	for _, n := range d.nodes {
+		addrs, err := n.handle.AddrList(nil, netlink.FAMILY_V4)
+		if err != nil {
+			continue // the namespace is being torn down
+		}
+		has := slices.ContainsFunc(addrs, func(a netlink.Addr) bool { return a.IP.Equal(d.addr.AsSlice()) })
+		if !has {
+			continue
+		}
+		if eth0, err := n.handle.LinkByName("eth0"); err == nil && eth0.Attrs().OperState == netlink.OperUp {
+			on = append(on, n.name)
+		}
+	}
+	return on
+}
+
+// record extends the current episode of this kind or starts one when
+// more than one node answered.
+func (d *SplitDetector) record(kind string, nodes []string, at time.Time) {
+	if len(nodes) < 2 {
+		return
+	}
+	slices.Sort(nodes)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := len(d.splits) - 1; i >= 0; i-- {
+		s := &d.splits[i]
+		if s.Kind != kind {
+			continue
+		}
+		if slices.Equal(s.Nodes, nodes) && at.Sub(s.To) <= 3*SampleInterval {
+			s.To = at
+			s.Samples++
+			return
+		}
+		break
+	}
+	if len(d.splits) >= maxEpisodes {
+		d.dropped++
+		return
+	}
+	d.splits = append(d.splits, Split{Kind: kind, Nodes: nodes, From: at, To: at, Samples: 1})
+}
+
+func (d *SplitDetector) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.errs = append(d.errs, err)
+}
+
+// Stop ends the watch (it may be called more than once) and returns the
+// splits seen, and an error if the detector could not watch all along.
+func (d *SplitDetector) Stop() ([]Split, error) {
+	d.stopped.Do(func() {
+		close(d.stop)
+		d.done.Wait()
+		d.close()
+	})
+	return d.Splits(), d.Err()
+}
+
+func (d *SplitDetector) close() {
+	for _, n := range d.nodes {
+		n.handle.Close()
+	}
+	if d.client != nil {
+		d.client.Close()
+	}
+}
+
+// Splits are the splits seen so far, oldest first.
+func (d *SplitDetector) Splits() []Split {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.splits)
+}
+
+// Err reports what kept the detector from watching, if anything.
+func (d *SplitDetector) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return errors.Join(d.errs...)
+}
+
+// Senders counts the frames each node (or unknown MAC) sent as the address
+// so far: ARP replies, gratuitous ARP and IPv4.
+func (d *SplitDetector) Senders() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]int, len(d.sent))
+	for k, v := range d.sent {
+		out[k] = v
+	}
+	return out
+}
+
+// LastSent is when the node last sent as the address (zero if never) and
+// what: arp-reply, arp-announce (gratuitous ARP) or ipv4.
+func (d *SplitDetector) LastSent(node string) (time.Time, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lastSeen[node], d.lastKind[node]
+}
+
+// Samples is how many samples the detector has taken.
+func (d *SplitDetector) Samples() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.samples
+}
+
+// Report is a summary of the watch for a test log.
+func (d *SplitDetector) Report() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "split detector for %s: %d samples, frames sent as it by node %v (by kind %v), %d splits", d.addr, d.samples, d.sent, d.kinds, len(d.splits)+d.dropped)
+	for _, s := range d.splits {
+		fmt.Fprintf(&b, "\n  %s", s)
+	}
+	if d.dropped > 0 {
+		fmt.Fprintf(&b, "\n  ... and %d more", d.dropped)
+	}
+	return b.String()
+}
+
+// TB is the part of testing.TB that WatchSplits needs.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// WatchSplits watches addr for the rest of the test and fails the test,
+// when it ends, if two nodes ever answered for the address at once.
+func WatchSplits(t TB, n *labnet.Network, addr netip.Addr) *SplitDetector {
+	t.Helper()
+	d, err := NewSplitDetector(n, addr)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		splits, err := d.Stop()
+		t.Logf("%s", d.Report())
+		if err != nil {
+			t.Errorf("%v", err)
+		}
+		if len(splits) > 0 {
+			t.Errorf("split: %s was answered for by more than one node:\n%s", addr, d.Report())
+		}
+	})
+	return d
+}
