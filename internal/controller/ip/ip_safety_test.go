@@ -312,3 +312,48 @@ func condition2(cs []metav1.Condition, t string) metav1.Condition {
 	}
 	return metav1.Condition{}
 }
+
+// An address inside a node's pod range would shadow a pod; a pool whose
+// nodeSelector does not parse must say so rather than read as "no node
+// matches" on a Ready pool.
+func TestPodRangesAndInvalidSelectorsAreReported(t *testing.T) {
+	f := newFixture(t)
+	node := f.node(f.name("n"))
+	startAgent(t, node)
+
+	pods, podIP := f.name("pods"), f.name("pod-range-ip")
+	f.pool(pods, "203.0.113.208/29")
+	owner := f.node(f.name("owner"))
+	n := &corev1.Node{}
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: owner}, n)).To(Succeed())
+	orig := n.DeepCopy()
+	n.Spec.PodCIDR, n.Spec.PodCIDRs = "203.0.113.208/30", []string{"203.0.113.208/30"}
+	f.g.Expect(k8s.Patch(f.ctx, n, client.MergeFrom(orig))).To(Succeed())
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: podIP}, Spec: ipv1.IPSpec{Address: "203.0.113.210"}})
+	f.pod(f.name("on-pods"), podIP, node, "192.0.2.93")
+
+	bad, badIP := f.name("bad-selector"), f.name("bad-selector-ip")
+	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: bad}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.216/29"},
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}},
+		NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: "zone", Operator: metav1.LabelSelectorOpIn}}}}}) // In without values
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: badIP}, Spec: ipv1.IPSpec{Pool: bad}})
+	f.pod(f.name("on-bad"), badIP, node, "192.0.2.94")
+
+	f.g.Eventually(func(g Gomega) {
+		c := condition(f.ip(podIP), ipv1.ConditionAttached)
+		g.Expect(c.Reason).To(Equal(ipv1.ReasonAddressConflict))
+		g.Expect(c.Message).To(ContainSubstring("in the pod range 203.0.113.208/30 of node " + owner))
+		b := condition(f.ip(badIP), ipv1.ConditionAttached)
+		g.Expect(b.Reason).To(Equal(ipv1.ReasonNoEligibleNode))
+		g.Expect(b.Message).To(ContainSubstring("the nodeSelector of pool " + bad + " is invalid"))
+	}, waitFor).Should(Succeed())
+	poolObj := &ipv1.IPPool{}
+	f.g.Eventually(func() metav1.Condition {
+		_ = k8s.Get(f.ctx, client.ObjectKey{Name: bad}, poolObj)
+		return condition2(poolObj.Status.Conditions, ipv1.ConditionReady)
+	}, waitFor).Should(And(HaveField("Reason", ipv1.ReasonInvalidSpec), HaveField("Message", ContainSubstring("spec.nodeSelector is invalid"))))
+	for _, name := range []string{podIP, badIP} {
+		f.g.Expect(f.ip(name).Status.Node).To(BeEmpty(), name)
+	}
+}
