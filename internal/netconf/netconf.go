@@ -210,7 +210,7 @@ type Dataplane struct {
 	// wanted is how many addresses the last Apply meant to have on the
 	// node; Refresh reports ErrLapsed when it finds fewer.
 	wanted atomic.Int32
-	closed    atomic.Bool
+	closed atomic.Bool
 
 	mu sync.Mutex
 	// applied is false until the first Apply: a fresh process cannot know
