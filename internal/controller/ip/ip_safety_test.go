@@ -357,3 +357,24 @@ func TestPodRangesAndInvalidSelectorsAreReported(t *testing.T) {
 		f.g.Expect(f.ip(name).Status.Node).To(BeEmpty(), name)
 	}
 }
+
+// An address inside a Service range (a ServiceCIDR, as the API server
+// keeps them) would shadow Services; it is never attached.
+func TestServiceRangeIsReported(t *testing.T) {
+	f := newFixture(t)
+	node := f.node(f.name("n"))
+	startAgent(t, node)
+	cidr := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: f.name("svc")},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"203.0.113.224/28"}}}
+	f.create(cidr)
+	pool, name := f.name("pool"), f.name("svc-ip")
+	f.pool(pool, "203.0.113.224/28")
+	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Address: "203.0.113.230"}})
+	f.pod(f.name("app"), name, node, "192.0.2.95")
+	f.g.Eventually(func(g Gomega) {
+		c := condition(f.ip(name), ipv1.ConditionAttached)
+		g.Expect(c.Reason).To(Equal(ipv1.ReasonAddressConflict))
+		g.Expect(c.Message).To(ContainSubstring("in the Service range 203.0.113.224/28 (ServiceCIDR " + cidr.Name + ")"))
+	}, waitFor).Should(Succeed())
+	f.g.Expect(f.ip(name).Status.Node).To(BeEmpty())
+}
