@@ -270,8 +270,7 @@ func (a *Agent) request(ctx context.Context, cached *corev1.Node) error {
 		if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, n); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		v, ok := n.Annotations[rebootv1.AnnotationNeeded]
-		return ok && v != "false", nil
+		return rebootv1.Needed(n.Annotations), nil
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("the request was sent, but the node cache did not show it within 10s: %w", err)

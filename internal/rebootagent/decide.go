@@ -85,7 +85,7 @@ func SentinelDecision(node *corev1.Node, s Sentinel, bootTime time.Time) Sentine
 	if !s.Present {
 		return SentinelNothing
 	}
-	if v, ok := node.Annotations[rebootv1.AnnotationNeeded]; ok && v != "false" {
+	if rebootv1.Needed(node.Annotations) {
 		return SentinelNothing
 	}
 	if !bootTime.IsZero() && s.Modified.Before(bootTime) {

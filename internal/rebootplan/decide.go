@@ -89,8 +89,7 @@ func (n Node) HoldsSlot() bool {
 
 // Needs says whether the node asks for a reboot.
 func (n Node) Needs() bool {
-	v, ok := n.Annotations[rebootv1.AnnotationNeeded]
-	return ok && v != "false"
+	return rebootv1.Needed(n.Annotations)
 }
 
 // Unavailable says whether the node counts against its group's budget: not

@@ -238,9 +238,18 @@ func TestDecide(t *testing.T) {
 			}), node("b", needing, since(time.Second))},
 			want: want{approved: []string{"b"}, waits: map[string]string{"a": "Drain timed out; retrying after 2026-05-05T12:01:00Z"}},
 		},
-		"needed=false is not a request": {
-			nodes: []Node{node("a", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "false" })},
-			want:  want{},
+		"only needed=true is a request": {
+			nodes: []Node{
+				node("a", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "false" }),
+				node("b", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "no" }),
+				node("c", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "" }),
+				node("d", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "False" }),
+			},
+			want: want{},
+		},
+		"needed=TRUE is a request": {
+			nodes: []Node{node("a", func(n *Node) { n.Annotations[rebootv1.AnnotationNeeded] = "TRUE" })},
+			want:  want{approved: []string{"a"}},
 		},
 		"groups keep separate budgets": {
 			groups: []rebootv1.RebootGroup{rg("blue", selecting("pool", "blue")), rg("green", selecting("pool", "green"))},

@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "strings"
+
 // Node annotations of the reboot protocol. Admins and agents only ever set
 // AnnotationNeeded; every other annotation is written by the controller (and
 // read by the agent on its own node), so the controller alone decides who may
@@ -21,9 +23,10 @@ package v1alpha1
 //     sets rebooted-at and removes needed, needed-since, in-progress, now,
 //     boot-id and cordoned-by-us, which frees the slot.
 const (
-	// AnnotationNeeded asks for a coordinated reboot of the node. Any value
-	// but "false" counts; the controller removes it once the reboot is
-	// verified.
+	// AnnotationNeeded asks for a coordinated reboot of the node when its
+	// value is "true" (in any case; see Needed). Any other value ("false",
+	// "no", "") asks for nothing. The controller removes it once the reboot
+	// is verified.
 	AnnotationNeeded = "reboot.kubext.io/needed"
 
 	// AnnotationNeededSince is the time the controller first saw
@@ -86,3 +89,10 @@ const (
 	// some distributions.
 	LabelMaster = "node-role.kubernetes.io/master"
 )
+
+// Needed reports whether a node's annotations ask for a reboot: only
+// AnnotationNeeded set to "true" does, so that a value written to mean the
+// opposite ("false", "no", "0") never reboots a node.
+func Needed(annotations map[string]string) bool {
+	return strings.EqualFold(annotations[AnnotationNeeded], "true")
+}
