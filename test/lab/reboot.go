@@ -143,8 +143,10 @@ func (l *Lab) InstallRebootAgent(ctx context.Context) error {
 	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", dir); err != nil {
 		return err
 	}
-	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(root, "config", "policy", "reboot-agent.yaml")); err != nil {
-		return err
+	for _, policy := range []string{"reboot-agent.yaml", "reboot-order.yaml"} {
+		if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(root, "config", "policy", policy)); err != nil {
+			return err
+		}
 	}
 	if err := l.waitRebootAgentPolicy(ctx); err != nil {
 		return err
