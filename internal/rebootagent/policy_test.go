@@ -64,7 +64,8 @@ func grantAgentRBAC(t *testing.T, g Gomega) {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubext-system", Name: "kubext-reboot-agent"}}}
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubext-system", Name: "kubext-reboot-agent"},
+			{Kind: "ServiceAccount", Namespace: "acme-system", Name: "acme-reboot-agent"}}}
 	for _, o := range []client.Object{role, binding} {
 		g.Expect(k8s.Create(context.Background(), o)).To(Succeed())
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
@@ -121,6 +122,15 @@ func TestAgentMayOnlyAskForItsOwnNodesReboot(t *testing.T) {
 		g.Expect(merge(ownClient, own, tc.patch)).To(MatchError(ContainSubstring(tc.refusal)), tc.name)
 	}
 	g.Expect(merge(unbound, own, askForReboot)).To(MatchError(ContainSubstring("the reboot-agent's token is not bound to a node")))
+
+	// The same agent installed under another prefix and namespace is held
+	// just as tightly.
+	acmeCfg := agentConfig(own)
+	acmeCfg.Impersonate.UserName = "system:serviceaccount:acme-system:acme-reboot-agent"
+	acme, err := client.New(acmeCfg, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(merge(acme, other, askForReboot)).To(MatchError(ContainSubstring("the reboot-agent of node policy-a may change only its own node")))
+	g.Expect(merge(acme, own, `{"spec":{"unschedulable":true}}`)).To(MatchError(ContainSubstring("may not change the spec of its node")))
 
 	// What it may do: ask, and ask again.
 	g.Expect(merge(ownClient, own, askForReboot)).To(Succeed())
