@@ -63,7 +63,7 @@ func grantAgentRBAC(t *testing.T, g Gomega) {
 	g.Expect(rules).NotTo(BeEmpty(), "no ClusterRole in config/reboot-agent/rbac.yaml")
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubext-system", Name: "kubext-reboot-agent"},
 			{Kind: "ServiceAccount", Namespace: "acme-system", Name: "acme-reboot-agent"}}}
 	for _, o := range []client.Object{role, binding} {
