@@ -2,9 +2,11 @@ package ipam
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -117,4 +119,27 @@ func matches(sel *metav1.LabelSelector, podLabels map[string]string, what string
 		return fmt.Sprintf("the pod's labels do not match %s (%s)", what, metav1.FormatLabelSelector(sel))
 	}
 	return ""
+}
+
+// Unfit says why a pod allowed to claim an IP still cannot hold its
+// address, or "": it runs in the host network, or has addresses but none of
+// the family of address (the IP's status.address; unknown when empty).
+func Unfit(address string, p *corev1.Pod) string {
+	if p.Spec.HostNetwork {
+		return "it runs in the host network: its traffic is the node's own, and sending it from the static IP would take over the whole node"
+	}
+	addr, err := netip.ParseAddr(address)
+	if err != nil || len(p.Status.PodIPs) == 0 {
+		return "" // not Ready yet anyway
+	}
+	for _, pip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(pip.IP); err == nil && a.Is4() == addr.Is4() {
+			return ""
+		}
+	}
+	family := "IPv4"
+	if addr.Is6() {
+		family = "IPv6"
+	}
+	return fmt.Sprintf("it has no %s address, and %s is %s", family, addr, family)
 }

@@ -3,7 +3,6 @@ package ip
 import (
 	"context"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,7 +48,7 @@ func (r *Reconciler) claimants(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPo
 		}
 		c.Refused, c.NotAllowed = why, why != ""
 		if c.Refused == "" {
-			c.Refused = unfit(ip, p)
+			c.Refused = ipam.Unfit(ip.Status.Address, p)
 		}
 		if c.Refused != "" {
 			r.refuse(p, ip, c.Refused)
@@ -72,27 +71,6 @@ func (r *Reconciler) authorize(ctx context.Context, policy ipam.ClaimPolicy, p *
 		req.NamespaceLabels = ns.Labels
 	}
 	return policy.Allows(req), nil
-}
-
-// unfit says why an allowed pod still cannot hold the IP, or "".
-func unfit(ip *ipv1.IP, p *corev1.Pod) string {
-	if p.Spec.HostNetwork {
-		return "it runs in the host network: its traffic is the node's own, and sending it from the static IP would take over the whole node"
-	}
-	addr, err := netip.ParseAddr(ip.Status.Address)
-	if err != nil || len(p.Status.PodIPs) == 0 {
-		return "" // not Ready yet anyway
-	}
-	for _, pip := range p.Status.PodIPs {
-		if a, err := netip.ParseAddr(pip.IP); err == nil && a.Is4() == addr.Is4() {
-			return ""
-		}
-	}
-	family := "IPv4"
-	if addr.Is6() {
-		family = "IPv6"
-	}
-	return fmt.Sprintf("it has no %s address, and %s is %s", family, addr, family)
 }
 
 // maxRefusalsRemembered bounds the memory of refusals already told.

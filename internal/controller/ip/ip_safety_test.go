@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -300,17 +302,8 @@ func TestUnattachableAddressesAreReported(t *testing.T) {
 	poolObj := &ipv1.IPPool{}
 	f.g.Eventually(func() string {
 		_ = k8s.Get(f.ctx, client.ObjectKey{Name: aws}, poolObj)
-		return condition2(poolObj.Status.Conditions, ipv1.ConditionReady).Reason
+		return poolCondition(poolObj, ipv1.ConditionReady).Reason
 	}, waitFor).Should(Equal(ipv1.ReasonProviderNotSupported))
-}
-
-func condition2(cs []metav1.Condition, t string) metav1.Condition {
-	for _, c := range cs {
-		if c.Type == t {
-			return c
-		}
-	}
-	return metav1.Condition{}
 }
 
 // An address inside a node's pod range would shadow a pod; a pool whose
@@ -351,7 +344,7 @@ func TestPodRangesAndInvalidSelectorsAreReported(t *testing.T) {
 	poolObj := &ipv1.IPPool{}
 	f.g.Eventually(func() metav1.Condition {
 		_ = k8s.Get(f.ctx, client.ObjectKey{Name: bad}, poolObj)
-		return condition2(poolObj.Status.Conditions, ipv1.ConditionReady)
+		return poolCondition(poolObj, ipv1.ConditionReady)
 	}, waitFor).Should(And(HaveField("Reason", ipv1.ReasonInvalidSpec), HaveField("Message", ContainSubstring("spec.nodeSelector is invalid"))))
 	for _, name := range []string{podIP, badIP} {
 		f.g.Expect(f.ip(name).Status.Node).To(BeEmpty(), name)
@@ -377,4 +370,8 @@ func TestServiceRangeIsReported(t *testing.T) {
 		g.Expect(c.Message).To(ContainSubstring("in the Service range 203.0.113.224/28 (ServiceCIDR " + cidr.Name + ")"))
 	}, waitFor).Should(Succeed())
 	f.g.Expect(f.ip(name).Status.Node).To(BeEmpty())
+}
+
+func poolCondition(p *ipv1.IPPool, t string) metav1.Condition {
+	return ptr.Deref(meta.FindStatusCondition(p.Status.Conditions, t), metav1.Condition{})
 }

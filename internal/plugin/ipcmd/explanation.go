@@ -126,8 +126,8 @@ func (f *facts) ineligible(p *corev1.Pod) string {
 		NamespaceLabels: f.namespaceLabels[p.Namespace], PodLabels: p.Labels}); why != "" {
 		return "REFUSED, may not claim this IP: " + why
 	}
-	if p.Spec.HostNetwork {
-		return "REFUSED: runs in the host network"
+	if why := ipam.Unfit(f.ip.Status.Address, p); why != "" {
+		return "REFUSED: " + why
 	}
 	node := p.Spec.NodeName
 	switch {
