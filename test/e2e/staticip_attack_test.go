@@ -500,14 +500,9 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 			_ = s.c.Delete(ctx, dep)
 			_ = s.c.Delete(ctx, ip)
 		})
-		pod := s.runningPod(g, "default", "host-net-app")
 		// Allowed by claimants, so not NoAllowedClaimant: no node can
 		// hold it for this pod.
-		s.expectNotAttached(g, "host-net", ipv1.ReasonNoEligibleNode, "host network")
-		g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "default", pod) },
-			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
-		ev, _ := refusals(ctx, "default", pod)
-		t.Logf("hostNetwork pod %s: %s", pod, ev[0].Message)
+		s.expectClaimantRefused(t, g, "host-net", "host-net-app", "host network")
 	})
 
 	t.Run("IPv4-only pod for an IPv6 IP", func(t *testing.T) {
@@ -524,12 +519,7 @@ func TestStaticIPAttackBadInputs(t *testing.T) {
 			_ = s.c.Delete(ctx, ip)
 			_ = s.c.Delete(ctx, pool)
 		})
-		pod := s.runningPod(g, "default", "v6-app")
-		s.expectNotAttached(g, "v6", ipv1.ReasonNoEligibleNode, "no IPv6 address")
-		g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "default", pod) },
-			30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
-		ev, _ := refusals(ctx, "default", pod)
-		t.Logf("IPv4-only pod %s: %s", pod, ev[0].Message)
+		s.expectClaimantRefused(t, g, "v6", "v6-app", "no IPv6 address")
 	})
 }
 
@@ -815,4 +805,18 @@ func (s *staticIPStack) waitLeader(t *testing.T, m *lab.Manager) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("the manager did not become leader within 30 s (see %s)", m.Log)
+}
+
+// expectClaimantRefused waits until the running pod of deployment app in
+// default is refused IP ip: the IP is not attached (NoEligibleNode, the
+// cause in the message) and the pod has a ClaimRefused Event.
+func (s *staticIPStack) expectClaimantRefused(t *testing.T, g Gomega, ip, app, cause string) {
+	t.Helper()
+	ctx := context.Background()
+	pod := s.runningPod(g, "default", app)
+	s.expectNotAttached(g, ip, ipv1.ReasonNoEligibleNode, cause)
+	g.Eventually(func() ([]corev1.Event, error) { return refusals(ctx, "default", pod) },
+		30*time.Second, 250*time.Millisecond).ShouldNot(BeEmpty())
+	ev, _ := refusals(ctx, "default", pod)
+	t.Logf("%s refused %s: %s", ip, pod, ev[0].Message)
 }
