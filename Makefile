@@ -59,8 +59,8 @@ vet: ## go vet the code.
 	go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
-	$(GOLANGCI_LINT) run ./...
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (cache per checkout: a shared cache reports other clones' files).
+	GOLANGCI_LINT_CACHE=$(BIN)/.cache/golangci-lint $(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
 verify: vet lint verify-generated ## Everything CI checks besides the tests.
