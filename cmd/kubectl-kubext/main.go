@@ -36,6 +36,6 @@ func main() {
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	env := plugin.NewEnv(streams)
 	root := plugin.NewRootCommand(env)
-	root.AddCommand(ipcmd.NewCommand(env), rebootcmd.NewCommand(env))
+	root.AddCommand(ipcmd.NewCommand(env), rebootcmd.NewCommand(env), plugin.NewVersionCommand(env))
 	return root
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -224,6 +226,51 @@ func TestListAndExplain(t *testing.T) {
 		g.Expect(out).To(ContainSubstring(want))
 	}
 
+	// The same judgements, for scripts.
+	out, _, err = kubectl(ctx, "ip", "explain", "web", "-o", "json")
+	g.Expect(err).NotTo(HaveOccurred())
+	var doc struct {
+		APIVersion, Kind, Name, Address, Ready string
+		Pool                                   struct {
+			Name     string
+			Found    bool
+			Provider string
+		}
+		Placement struct {
+			Holder, Node, AttachedNode string
+			Standbys                   []string
+		}
+		Nodes []struct {
+			Name       string
+			AgentAlive bool
+		}
+		Pods []struct{ Name, Role string }
+	}
+	g.Expect(json.Unmarshal([]byte(out), &doc)).To(Succeed(), out)
+	g.Expect(doc.Kind).To(Equal("IPExplanation"))
+	g.Expect(doc.Name).To(Equal("web"))
+	g.Expect(doc.Address).To(Equal("192.0.2.10"))
+	g.Expect(doc.Ready).To(Equal("True"))
+	g.Expect(doc.Pool.Found).To(BeTrue())
+	g.Expect(doc.Pool.Provider).To(Equal("l2"))
+	g.Expect(doc.Placement.Holder).To(Equal("shop/web-0"))
+	g.Expect(doc.Placement.Standbys).To(Equal([]string{"shop/web-1", "shop/web-2"}))
+	g.Expect(doc.Nodes).To(ContainElements(
+		SatisfyAll(HaveField("Name", "web-n1"), HaveField("AgentAlive", true)),
+		SatisfyAll(HaveField("Name", "web-n4"), HaveField("AgentAlive", false))))
+	g.Expect(doc.Pods).To(ContainElement(SatisfyAll(HaveField("Name", "shop/web-0"), HaveField("Role", "HOLDER"))))
+	out, _, err = kubectl(ctx, "ip", "explain", "web", "-o", "yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("kind: IPExplanation\n"))
+	_, _, err = kubectl(ctx, "ip", "explain", "web", "-o", "wide")
+	g.Expect(err).To(MatchError(ContainSubstring(`unknown output format "wide"`)))
+
+	// IP names complete from the cluster.
+	out, _, err = kubectl(ctx, "__complete", "ip", "explain", "we")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Split(out, "\n")).To(ContainElement("web"))
+	g.Expect(out).NotTo(ContainSubstring("nope"))
+
 	_, _, err = kubectl(ctx, "ip", "explain", "nope")
 	g.Expect(err).To(MatchError(ContainSubstring(`IP "nope" not found`)))
 }
@@ -371,4 +418,52 @@ func annotations(ctx context.Context, g Gomega, ip *ipv1.IP) map[string]string {
 	cur := &ipv1.IP{}
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ip), cur)).To(Succeed())
 	return cur.Annotations
+}
+
+// TestVersion prints the plugin's build and finds the manager installed in
+// the cluster by its labels.
+func TestVersion(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	out, _, err := kubectl(ctx, "version", "--client")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(HavePrefix("Plugin: "))
+	g.Expect(out).To(ContainSubstring("(revision "))
+	g.Expect(strings.Count(out, "\n")).To(Equal(1), "--client does not ask the cluster")
+
+	out, _, err = kubectl(ctx, "version")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("Installed: no kubext manager found in the cluster"))
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubext-version"}}
+	g.Expect(k8s.Create(ctx, ns)).To(Succeed())
+	labels := map[string]string{"app.kubernetes.io/name": "kubext", "control-plane": "controller-manager"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "kubext-controller-manager", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "manager", Image: "registry.example/kubext@sha256:" + strings.Repeat("ab", 32),
+				}}},
+			},
+		},
+	}
+	g.Expect(k8s.Create(ctx, dep)).To(Succeed())
+	out, _, err = kubectl(ctx, "version", "-o", "json")
+	g.Expect(err).NotTo(HaveOccurred())
+	var doc struct {
+		Kind      string
+		Client    struct{ Version, Revision string }
+		Installed []struct {
+			Namespace, Name string
+			Images          []string
+		}
+	}
+	g.Expect(json.Unmarshal([]byte(out), &doc)).To(Succeed(), out)
+	g.Expect(doc.Kind).To(Equal("Version"))
+	g.Expect(doc.Client.Version).NotTo(BeEmpty())
+	g.Expect(doc.Installed).To(ConsistOf(SatisfyAll(HaveField("Namespace", "kubext-version"),
+		HaveField("Images", []string{dep.Spec.Template.Spec.Containers[0].Image}))))
 }

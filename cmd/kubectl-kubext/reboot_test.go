@@ -15,6 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sigs.k8s.io/yaml"
+
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 )
 
@@ -85,6 +87,60 @@ func TestReboot(t *testing.T) {
 	g.Expect(out).To(MatchRegexp(`(?m)^rb\s+3\s+2\s+1\s+2\s+1\s+0\s+0\s+0\s+RollingOut\s+rb-1$`))
 	g.Expect(out).To(MatchRegexp(`(?m)^rb-1\s+rb\s+Rebooting\s+.*still up in boot boot-rb-`))
 	g.Expect(out).To(MatchRegexp(`(?m)^rb-3\s+rb\s+Needed\s+-\s+Waits \(MaxUnavailable\)`))
+
+	// The same, for scripts.
+	out, _, err = kubectl(ctx, "reboot", "status", "-o", "json")
+	g.Expect(err).NotTo(HaveOccurred())
+	var status struct {
+		APIVersion, Kind string
+		Groups           []struct {
+			Name, State    string
+			MaxUnavailable int
+			Rebooting      []string
+			Needing        int
+		}
+		Nodes []struct{ Node, Group, State, Detail string }
+	}
+	g.Expect(json.Unmarshal([]byte(out), &status)).To(Succeed(), out)
+	g.Expect(status.APIVersion).To(Equal("plugin.kubext.io/v1alpha1"))
+	g.Expect(status.Kind).To(Equal("RebootStatus"))
+	g.Expect(status.Groups).To(ContainElement(SatisfyAll(
+		HaveField("Name", "rb"), HaveField("State", "RollingOut"), HaveField("MaxUnavailable", 2),
+		HaveField("Rebooting", []string{"rb-1"}), HaveField("Needing", 2))))
+	g.Expect(status.Nodes).To(ContainElement(SatisfyAll(HaveField("Node", "rb-1"), HaveField("State", "Rebooting"))))
+	out, _, err = kubectl(ctx, "reboot", "plan", "-o", "yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(HavePrefix("apiVersion: plugin.kubext.io/v1alpha1\n"))
+	g.Expect(out).To(ContainSubstring("kind: RebootPlan\n"))
+	var plan struct {
+		Groups []struct {
+			Name         string
+			RebootingNow []string `json:"rebootingNow"`
+			Batches      []struct {
+				Number int
+				Nodes  []string
+			}
+		}
+	}
+	g.Expect(yaml.Unmarshal([]byte(out), &plan)).To(Succeed(), out)
+	g.Expect(plan.Groups).To(ContainElement(SatisfyAll(HaveField("Name", "rb"), HaveField("RebootingNow", []string{"rb-1"}),
+		// rb-1 holds one of the two slots: one node at a time.
+		HaveField("Batches", Equal([]struct {
+			Number int
+			Nodes  []string
+		}{{1, []string{"rb-2"}}, {2, []string{"rb-3"}}})))), out)
+	_, _, err = kubectl(ctx, "reboot", "status", "-o", "xml")
+	g.Expect(err).To(MatchError(ContainSubstring(`unknown output format "xml"`)))
+
+	// Names complete from the cluster: groups for pause, nodes for a
+	// request (not those already given).
+	out, _, err = kubectl(ctx, "__complete", "reboot", "pause", "r")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.Split(out, "\n")[0]).To(Equal("rb"))
+	out, _, err = kubectl(ctx, "__complete", "reboot", "rb-1", "rb-")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("rb-2\nrb-3\n"))
+	g.Expect(out).NotTo(ContainSubstring("rb-1\n"))
 
 	// Pause and resume a group.
 	out, _, err = kubectl(ctx, "reboot", "pause", "rb")

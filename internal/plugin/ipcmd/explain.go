@@ -33,6 +33,7 @@ const explainExample = `  # Why is IP "web" attached where it is, or not attache
 type explainOptions struct {
 	env            *plugin.Env
 	leaseNamespace string
+	output         plugin.Output
 }
 
 func newExplainCommand(env *plugin.Env) *cobra.Command {
@@ -49,13 +50,18 @@ standby, or why it cannot hold the IP), and the IP's recent events.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args[0])
 		},
+		ValidArgsFunction: completeIPNames(env),
 	}
+	o.output.AddFlag(cmd)
 	cmd.Flags().StringVar(&o.leaseNamespace, "heartbeat-namespace", "kubext-system",
 		"Namespace of the ip-agents' heartbeat Leases (the manager's --heartbeat-namespace).")
 	return cmd
 }
 
 func (o *explainOptions) run(ctx context.Context, name string) error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
 	c, err := o.env.Client()
 	if err != nil {
 		return err
@@ -65,8 +71,24 @@ func (o *explainOptions) run(ctx context.Context, name string) error {
 		return err
 	}
 	f.now = o.env.Now()
+	if o.output.Structured() {
+		return o.output.Print(o.env.Out, newExplanationReport(f))
+	}
 	_, err = fmt.Fprint(o.env.Out, explain(*f))
 	return err
+}
+
+// completeIPNames suggests the IPs' names.
+func completeIPNames(env *plugin.Env) cobra.CompletionFunc {
+	return plugin.CompleteNames(env, false, plugin.ListNames(
+		func() *ipv1.IPList { return &ipv1.IPList{} },
+		func(l *ipv1.IPList) []string {
+			var names []string
+			for i := range l.Items {
+				names = append(names, l.Items[i].Name)
+			}
+			return names
+		}))
 }
 
 // gather reads everything explain needs about one IP.

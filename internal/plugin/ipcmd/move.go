@@ -68,6 +68,7 @@ command says why.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args[0])
 		},
+		ValidArgsFunction: completeIPNames(env),
 	}
 	cmd.Flags().StringVar(&o.to, "to", "", "The standby pod to move to, as NAMESPACE/POD (default: the first standby).")
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "Wait until the IP is Ready on the new holder's node.")

@@ -16,11 +16,14 @@ import (
 const planExample = `  # Which nodes would reboot in which order, and what holds the others back
   kubectl kubext reboot plan`
 
-type planOptions struct{ env *plugin.Env }
+type planOptions struct {
+	env    *plugin.Env
+	output plugin.Output
+}
 
 func newPlanCommand(env *plugin.Env) *cobra.Command {
 	o := &planOptions{env: env}
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Dry run: the batches in which the nodes needing a reboot would reboot, and what blocks",
 		Long: `Show how the reboot controller would roll through the nodes that need a
@@ -39,9 +42,14 @@ rollout waits for drains, reboots and soak times in between.`,
 			return o.run(cmd.Context())
 		},
 	}
+	o.output.AddFlag(cmd)
+	return cmd
 }
 
 func (o *planOptions) run(ctx context.Context) error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
 	c, err := o.env.Client()
 	if err != nil {
 		return err
@@ -49,6 +57,9 @@ func (o *planOptions) run(ctx context.Context) error {
 	cl, err := read(ctx, c, o.env.Now())
 	if err != nil {
 		return err
+	}
+	if o.output.Structured() {
+		return o.output.Print(o.env.Out, newPlanReport(cl.snapshot))
 	}
 	return writePlan(o.env.Out, cl.snapshot)
 }

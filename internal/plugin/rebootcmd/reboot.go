@@ -56,6 +56,15 @@ stayed Ready for the group's soak time, it is uncordoned.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args)
 		},
+		ValidArgsFunction: plugin.CompleteNames(env, true, plugin.ListNames(
+			func() *corev1.NodeList { return &corev1.NodeList{} },
+			func(l *corev1.NodeList) []string {
+				var names []string
+				for i := range l.Items {
+					names = append(names, l.Items[i].Name)
+				}
+				return names
+			})),
 	}
 	cmd.AddCommand(newPlanCommand(env), newStatusCommand(env), newPauseCommand(env, true), newPauseCommand(env, false))
 	return cmd
@@ -155,6 +164,18 @@ the default settings) if there is none.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args[0])
 		},
+		ValidArgsFunction: plugin.CompleteNames(env, false, plugin.ListNames(
+			func() *rebootv1.RebootGroupList { return &rebootv1.RebootGroupList{} },
+			func(l *rebootv1.RebootGroupList) []string {
+				// The implicit default group has no object until paused.
+				names := []string{rebootv1.DefaultGroupName}
+				for i := range l.Items {
+					if l.Items[i].Name != rebootv1.DefaultGroupName {
+						names = append(names, l.Items[i].Name)
+					}
+				}
+				return names
+			})),
 	}
 	if !pause {
 		cmd.Use = "resume GROUP"

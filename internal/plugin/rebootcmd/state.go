@@ -100,13 +100,13 @@ const (
 
 // NodeStatus is one row of `reboot status`.
 type NodeStatus struct {
-	Node  string
-	Group string
-	State State
+	Node  string `json:"node"`
+	Group string `json:"group,omitempty"`
+	State State  `json:"state,omitempty"`
 	// Since is when the node entered the state, as far as known.
-	Since time.Time
+	Since time.Time `json:"since,omitzero"`
 	// Detail says more, e.g. why a needing node waits.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 }
 
 // nodeStatus works out the state of node n from its annotations, its

@@ -23,8 +23,9 @@ const statusExample = `  # Every group and every node the reboot protocol touche
   kubectl kubext reboot status --all`
 
 type statusOptions struct {
-	env *plugin.Env
-	all bool
+	env    *plugin.Env
+	all    bool
+	output plugin.Output
 }
 
 func newStatusCommand(env *plugin.Env) *cobra.Command {
@@ -54,10 +55,14 @@ controller decides, so it is current even where the groups' status lags.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.all, "all", false, "List every node, also those the reboot protocol has not touched.")
+	o.output.AddFlag(cmd)
 	return cmd
 }
 
 func (o *statusOptions) run(ctx context.Context) error {
+	if err := o.output.Validate(); err != nil {
+		return err
+	}
 	c, err := o.env.Client()
 	if err != nil {
 		return err
@@ -66,13 +71,17 @@ func (o *statusOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.output.Structured() {
+		d, rows := statusRows(cl, o.all)
+		return o.output.Print(o.env.Out, newStatusReport(d, rows, cl.snapshot.Now))
+	}
 	return writeStatus(o.env.Out, cl, o.all)
 }
 
-// writeStatus prints the group table and the node table.
-func writeStatus(w io.Writer, cl *cluster, all bool) error {
+// statusRows decides and works out the state of each node: every node with
+// all, else those the reboot protocol touches; sorted by group and name.
+func statusRows(cl *cluster, all bool) (rebootplan.Decision, []NodeStatus) {
 	d := rebootplan.Decide(cl.snapshot)
-	now := cl.snapshot.Now
 	byGroup := groupOf(d)
 	var rows []NodeStatus
 	for _, n := range cl.snapshot.Nodes {
@@ -84,6 +93,13 @@ func writeStatus(w io.Writer, cl *cluster, all bool) error {
 	slices.SortFunc(rows, func(a, b NodeStatus) int {
 		return strings.Compare(a.Group+"/"+a.Node, b.Group+"/"+b.Node)
 	})
+	return d, rows
+}
+
+// writeStatus prints the group table and the node table.
+func writeStatus(w io.Writer, cl *cluster, all bool) error {
+	d, rows := statusRows(cl, all)
+	now := cl.snapshot.Now
 	p := printers.NewTablePrinter(printers.PrintOptions{})
 	if err := p.PrintObj(groupTable(d, rows), w); err != nil {
 		return err
