@@ -164,3 +164,14 @@ $(GOLANGCI_LINT):
 .PHONY: $(BIN)/lab
 $(BIN)/lab:
 	go build -o $(BIN)/lab ./test/lab/cmd/lab
+
+##@ Plugin release
+
+# A tag such as v0.2.0 when there is one; else v0.0.0-<commit> (krew wants a
+# semantic version).
+PLUGIN_VERSION ?= $(shell v=$$(git describe --tags --exact-match 2>/dev/null) && echo $$v || echo v0.0.0-$$(git rev-parse --short HEAD))
+
+.PHONY: plugin-dist
+plugin-dist: ## Cross-build kubectl-kubext archives (with completion script), sha256sums and a krew manifest into dist/plugin.
+	go run ./hack/plugin-release --version $(PLUGIN_VERSION) --out dist/plugin \
+		--ldflags "-s -w -X github.com/kubext/kubext/internal/version.Version=$(PLUGIN_VERSION) -X github.com/kubext/kubext/internal/version.Revision=$$(git rev-parse HEAD)"
