@@ -74,13 +74,17 @@ verify-generated: generate manifests ## Fail when generated code or CRDs are out
 ##@ Test
 
 .PHONY: test
-test: tools build ## Run all tests: unit, envtest, lab e2e (network parts need root).
+test: tools build test-deps ## Run all tests: unit, envtest, lab e2e (network parts need root).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
 	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: test-unit
-test-unit: tools ## Run unit and envtest tests only.
+test-unit: tools test-deps ## Run unit and envtest tests only.
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+
+.PHONY: test-deps
+test-deps: ## Install the programs the tests run besides Go (redis-server, promtool) when root, else say what is missing.
+	hack/test-deps.sh
 
 .PHONY: test-e2e
 test-e2e: tools build ## Run the lab e2e tests only.

@@ -335,7 +335,7 @@ func TestCommandAndNamespacePIDs(t *testing.T) {
 func TestIPNetnsExecCompatible(t *testing.T) {
 	needRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 not installed")
+		t.Fatal("ip is not installed: run `make test-deps` as root, or apt-get install -y iproute2")
 	}
 	g := NewWithT(t)
 	n := newLab(t, "a")
