@@ -40,7 +40,7 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage,
 		"Image the PulsarConsumers' pods run /pulsar-consumer from, unless their spec.image says otherwise. Pin a tag or digest.")
 	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
-		"Namespace of the node agents' heartbeat Leases.")
+		"Namespace of the node agents' heartbeat Leases and of the reboot controller's approvals ledger (ConfigMap kubext-reboot-ledger).")
 	fs.BoolVar(&o.ipDeleteStalePods, "ip-delete-stale-pods", false,
 		"Delete pods that claim an IP on a node whose agent is lost when no standby can take over, "+
 			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
@@ -103,11 +103,12 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 		return err
 	}
 	return (&reboot.Reconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Kube:         kube,
-		Recorder:     mgr.GetEventRecorder("reboot-controller"),
-		DrainBackoff: o.rebootDrainBackoff,
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Kube:            kube,
+		Recorder:        mgr.GetEventRecorder("reboot-controller"),
+		DrainBackoff:    o.rebootDrainBackoff,
+		LedgerNamespace: o.heartbeatNamespace,
 	}).SetupWithManager(mgr)
 }
 

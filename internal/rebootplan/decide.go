@@ -41,6 +41,10 @@ type Node struct {
 	Ready         corev1.ConditionStatus
 	Unschedulable bool
 	BootID        string
+	// Reserved says that the approvals ledger holds a slot for the node that
+	// its annotations do not show yet: an approval recorded whose node
+	// patch has not landed (or never will; the controller finds out).
+	Reserved bool
 	// Pods are the pods on the node, needed only to honour a group's
 	// drain.blockingPodSelector; leave it nil when no group sets one.
 	Pods []Pod
@@ -84,7 +88,7 @@ func (n Node) ControlPlane() bool {
 func (n Node) HoldsSlot() bool {
 	_, inProgress := n.Annotations[rebootv1.AnnotationInProgress]
 	_, now := n.Annotations[rebootv1.AnnotationNow]
-	return inProgress || now
+	return inProgress || now || n.Reserved
 }
 
 // Needs says whether the node asks for a reboot.
@@ -120,12 +124,23 @@ func (n Node) time(annotation string) (time.Time, bool) {
 	return t, err == nil
 }
 
-// Snapshot is everything a decision is made from. Nodes missing from it (a
-// deleted Node) simply hold no slot.
+// Snapshot is everything a decision is made from.
 type Snapshot struct {
 	Groups []rebootv1.RebootGroup
 	Nodes  []Node
+	// Absent are slots the approvals ledger holds for nodes that cannot show
+	// them: a Node deleted (or re-registered without its annotations) while
+	// its reboot was under way. Each counts against its group's budget until
+	// the controller lets it go at the group's reboot timeout.
+	Absent []Absent
 	Now    time.Time
+}
+
+// Absent is a slot held for a node the snapshot cannot attribute by labels.
+type Absent struct {
+	Node         string
+	Group        string
+	ControlPlane bool
 }
 
 // Reason says why a node that needs a reboot was not approved; the controller
@@ -165,6 +180,9 @@ const (
 	// ReasonBlockingPod: a pod matching the group's
 	// drain.blockingPodSelector runs on the node.
 	ReasonBlockingPod Reason = "BlockingPod"
+	// ReasonNoBootID: the node reports no boot ID, so a reboot could never
+	// be verified; it would stay cordoned and end up stuck.
+	ReasonNoBootID Reason = "NoBootID"
 )
 
 // Wait is a needing node that was not approved, and why, in a message fit
@@ -293,6 +311,13 @@ func Decide(s Snapshot) Decision {
 			workerRebooting = workerRebooting || !n.ControlPlane()
 		}
 	}
+	for _, a := range s.Absent {
+		if a.ControlPlane {
+			cpBusy = append(cpBusy, a.Node)
+		}
+		cpRebooting = cpRebooting || a.ControlPlane
+		workerRebooting = workerRebooting || !a.ControlPlane
+	}
 	slices.Sort(cpBusy)
 
 	type candidate struct {
@@ -301,7 +326,7 @@ func Decide(s Snapshot) Decision {
 	}
 	var workers, cps []candidate
 	for _, g := range groups {
-		g.evaluate(s.Now)
+		g.evaluate(s.Now, s.Absent)
 		for _, n := range g.members {
 			if !n.Needs() || n.HoldsSlot() {
 				continue
@@ -423,7 +448,7 @@ func assign(s Snapshot) ([]*group, map[string][]string, []Overlap) {
 
 // evaluate resolves the group's budget, windows and failure count and sorts
 // its members into approval order.
-func (g *group) evaluate(now time.Time) {
+func (g *group) evaluate(now time.Time, absent []Absent) {
 	var err error
 	g.MaxUnavailable, err = Budget(g.spec.MaxUnavailable, len(g.members))
 	if err != nil && g.Err == nil {
@@ -460,6 +485,15 @@ func (g *group) evaluate(now time.Time) {
 		}
 		if _, ok := n.Annotations[rebootv1.AnnotationRebootedAt]; ok && !n.Needs() && !n.HoldsSlot() {
 			g.Done++
+		}
+	}
+	// Slots held for absent nodes count as unavailable and rebooting;
+	// a node that is also present (re-registered) counts once more, which
+	// errs on the safe side.
+	for _, a := range absent {
+		if a.Group == g.Name {
+			g.Unavailable = append(g.Unavailable, a.Node)
+			g.Rebooting = append(g.Rebooting, a.Node)
 		}
 	}
 	g.unavail = len(g.Unavailable)
@@ -502,6 +536,8 @@ func (g *group) blocked(n *Node, now time.Time) bool {
 		g.wait(n, ReasonOutsideWindow, "Outside maintenance window (next opens at %s)", g.NextWindow.UTC().Format(time.RFC3339))
 	case n.Ready != corev1.ConditionTrue:
 		g.wait(n, ReasonNotReady, "Node is not Ready")
+	case n.BootID == "":
+		g.wait(n, ReasonNoBootID, "Node reports no boot ID (status.nodeInfo.bootID), so its reboot could not be verified")
 	case g.blockingPod(n) != "":
 		g.wait(n, ReasonBlockingPod, "Pod %s runs on the node and matches drain.blockingPodSelector", g.blockingPod(n))
 	default:

@@ -106,4 +106,5 @@ func complete(n *Node, now time.Time) {
 	}
 	n.Annotations[rebootv1.AnnotationRebootedAt] = now.UTC().Format(time.RFC3339)
 	n.Ready = corev1.ConditionTrue
+	n.Reserved = false
 }

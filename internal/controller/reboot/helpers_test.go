@@ -2,6 +2,7 @@ package reboot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -279,4 +280,14 @@ func protocolDone(n *corev1.Node) bool {
 	}
 	_, ok := n.Annotations[rebootv1.AnnotationRebootedAt]
 	return ok
+}
+
+// ledgerSlots reads the approvals ledger as the controller stores it.
+func ledgerSlots(ctx context.Context) (map[string]slot, error) {
+	cm := &corev1.ConfigMap{}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: LedgerName}, cm); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	slots := map[string]slot{}
+	return slots, json.Unmarshal([]byte(cm.Data[ledgerKey]), &slots)
 }

@@ -49,23 +49,35 @@ func (r *Reconciler) advance(ctx context.Context, s *state, name string, g group
 // reboot must replace, cordons the node (noting that kubext did, so that it
 // uncordons only what it cordoned), and starts the drain.
 func (r *Reconciler) approve(ctx context.Context, s *state, name string, g group, now time.Time) error {
+	if err := r.markApproved(ctx, s, name, s.ledger.slots[name].Approval); err != nil {
+		return err
+	}
+	c := s.nodes[name]
+	delete(r.announced, name)
+	r.event(c, g, corev1.EventTypeNormal, EventApproved, "Approve",
+		"Marking node %s for reboot (group %s); cordoned, draining", name, g.name)
+	r.drains.start(name, c.Annotations[rebootv1.AnnotationInProgress], g.spec.Drain, drainTimeLeft(c, g, now))
+	return nil
+}
+
+// markApproved writes a granted approval to the node, conditional on the
+// resourceVersion the grant was decided from: the records the reboot must
+// replace the boot ID of, and the cordon (noted, so that kubext uncordons
+// only what it cordoned).
+func (r *Reconciler) markApproved(ctx context.Context, s *state, name, approval string) error {
 	n := s.nodes[name]
 	c := n.DeepCopy()
-	c.Annotations[rebootv1.AnnotationInProgress] = stamp(now)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[rebootv1.AnnotationInProgress] = approval
 	c.Annotations[rebootv1.AnnotationBootID] = n.Status.NodeInfo.BootID
 	delete(c.Annotations, rebootv1.AnnotationRetryAfter)
 	if !c.Spec.Unschedulable {
 		c.Spec.Unschedulable = true
 		c.Annotations[rebootv1.AnnotationCordonedByUs] = "true"
 	}
-	if err := r.patchNode(ctx, s, n, c); err != nil {
-		return err
-	}
-	delete(r.announced, name)
-	r.event(c, g, corev1.EventTypeNormal, EventApproved, "Approve",
-		"Marking node %s for reboot (group %s); cordoned, draining", name, g.name)
-	r.drains.start(name, c.Annotations[rebootv1.AnnotationInProgress], g.spec.Drain, drainTimeLeft(c, g, now))
-	return nil
+	return r.patchNode(ctx, s, n, c)
 }
 
 // drainTimeLeft is how long the drain of an approved node may still take:
@@ -105,6 +117,9 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 		return time.Time{}, nil
 	default:
 		retryAt := now.Add(r.drains.backoff(n.Name))
+		if err := r.giveBack(ctx, s, n.Name); err != nil {
+			return time.Time{}, err
+		}
 		c := n.DeepCopy()
 		release(c)
 		c.Annotations[rebootv1.AnnotationRetryAfter] = stamp(retryAt)
@@ -203,6 +218,9 @@ func (r *Reconciler) backSince(n *corev1.Node, readySince, now time.Time) time.T
 // complete ends a verified reboot: uncordon if kubext cordoned, record the
 // time, clear the protocol's annotations (which frees the slot).
 func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) error {
+	if err := r.giveBack(ctx, s, n.Name); err != nil {
+		return err
+	}
 	c := n.DeepCopy()
 	release(c)
 	for _, k := range []string{rebootv1.AnnotationNeeded, rebootv1.AnnotationNeededSince,

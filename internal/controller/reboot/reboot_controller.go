@@ -14,6 +14,7 @@ package reboot
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -65,6 +66,9 @@ type Reconciler struct {
 	// DrainBackoff is the first wait after a timed-out drain
 	// (DefaultDrainBackoff when zero).
 	DrainBackoff time.Duration
+	// LedgerNamespace holds the approvals ledger (ledger.go); the
+	// controller's own namespace.
+	LedgerNamespace string
 
 	drains *drainer
 	// announced is the last wait reason an Event was emitted for, per node,
@@ -77,6 +81,9 @@ type Reconciler struct {
 	// back is when this controller first saw a rebooted node Ready with its
 	// new boot ID, per node and approval: the start of its soak.
 	back map[string]time.Time
+	// beforeGrant, when set, runs between a decision and its grant: tests
+	// pause a controller there, as a stalled leader would be.
+	beforeGrant func()
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -88,6 +95,10 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// The approvals ledger, one ConfigMap in the controller's namespace (create
+// cannot be limited to a name; get and update are).
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=create
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,resourceNames=kubext-reboot-ledger,verbs=get;update
 
 // Reconcile reads every node and group from the API server, moves each node
 // holding a slot one step along the protocol, approves what the budgets
@@ -99,6 +110,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return ctrl.Result{}, err
 	}
 	next := newDeadlines(now)
+	if s.absent, err = r.repairLedger(ctx, s, now); err != nil {
+		return r.retry(ctx, err)
+	}
 
 	// First the nodes already in a reboot: finishing one frees its slot for
 	// the approvals below, in the same pass.
@@ -123,6 +137,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 
 	decision = rebootplan.Decide(s.snapshot(now))
+	if len(decision.Approved) > 0 {
+		if r.beforeGrant != nil {
+			r.beforeGrant()
+		}
+		// The grant is the decision: it fails if the ledger changed since
+		// it was read, whoever changed it.
+		if err := r.grant(ctx, s, decision.Approved, func(name string) group { return s.groupOf(decision, name) }, now); err != nil {
+			return r.retry(ctx, err)
+		}
+	}
 	for _, name := range decision.Approved {
 		g := s.groupOf(decision, name)
 		if err := r.approve(ctx, s, name, g, now); err != nil {
@@ -156,16 +180,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.LedgerNamespace == "" {
+		return errors.New("the reboot controller needs the namespace of its approvals ledger")
+	}
 	finished := make(chan event.TypedGenericEvent[client.Object], 64)
-	r.drains = newDrainer(r.Kube, r.DrainBackoff, func() {
+	r.init(func() {
 		select {
 		case finished <- event.TypedGenericEvent[client.Object]{Object: &corev1.Node{}}:
 		default: // a wake-up is already pending
 		}
 	})
-	r.announced = map[string]rebootplan.Reason{}
-	r.drainOutcome = map[string]drainOutcome{}
-	r.back = map[string]time.Time{}
 	toRollout := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rollout}
 	})
@@ -176,6 +200,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WatchesRawSource(source.Channel(finished, toRollout)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
+}
+
+// init makes the controller's memory; wake is called when a drain
+// finishes.
+func (r *Reconciler) init(wake func()) {
+	r.drains = newDrainer(r.Kube, r.DrainBackoff, wake)
+	r.announced = map[string]rebootplan.Reason{}
+	r.drainOutcome = map[string]drainOutcome{}
+	r.back = map[string]time.Time{}
 }
 
 // nodeChanged passes node creations, deletions and the updates that can

@@ -118,9 +118,12 @@ func TestNotReadyNodeUsesBudget(t *testing.T) {
 	eventually(t, "the reboot verified", func() (bool, error) { return protocolDone(getNode(t, "notready-0")), nil })
 }
 
-// Deleting a node while it reboots frees its slot for the next one.
-func TestDeletedNodeFreesSlot(t *testing.T) {
-	g := makeGroup(t, "deleted", intstr.FromInt32(1), nil)
+// A node deleted while it reboots (an autoscaler, a person, a kubelet that
+// re-registers) keeps its slot: the machine may still be down, so its
+// group stays at its budget until the group's reboot timeout lets the slot
+// go. Before the approvals ledger, the deletion freed the slot at once.
+func TestDeletedNodeKeepsSlotUntilRebootTimeout(t *testing.T) {
+	g := makeGroup(t, "deleted", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.RebootTimeoutSeconds = 30 })
 	makeNode(t, g.Name, "deleted-0", nil)
 	makeNode(t, g.Name, "deleted-1", nil)
 	startAgents(t, g.Name, 0, "deleted-0", "deleted-1") // nobody reboots: the first holds its slot
@@ -129,15 +132,26 @@ func TestDeletedNodeFreesSlot(t *testing.T) {
 	eventually(t, "deleted-0 ordered to reboot", func() (bool, error) {
 		return getNode(t, "deleted-0").Annotations[rebootv1.AnnotationNow] != "", nil
 	})
-	if _, approved := getNode(t, "deleted-1").Annotations[rebootv1.AnnotationInProgress]; approved {
-		t.Fatal("deleted-1 approved while deleted-0 holds the only slot")
-	}
 	if err := k8s.Delete(context.Background(), getNode(t, "deleted-0")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted-1 approved", func() (bool, error) {
+	// The controller sees the deletion at once (a node watch); give it
+	// a few reconciles to get it wrong.
+	for range 20 {
+		if _, approved := getNode(t, "deleted-1").Annotations[rebootv1.AnnotationInProgress]; approved {
+			t.Fatal("deleted-1 approved while the deleted deleted-0 may still be rebooting in the only slot")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	clock.Advance(31 * time.Second)
+	eventually(t, "deleted-1 approved once deleted-0's reboot timeout passed", func() (bool, error) {
 		_, ok := getNode(t, "deleted-1").Annotations[rebootv1.AnnotationInProgress]
 		return ok, nil
+	})
+	eventually(t, "deleted-0's slot gone from the ledger", func() (bool, error) {
+		slots, err := ledgerSlots(context.Background())
+		_, held := slots["deleted-0"]
+		return !held, err
 	})
 }
 

@@ -22,6 +22,10 @@ type state struct {
 	// pods on each node, read only when some group has a
 	// blockingPodSelector.
 	pods map[string][]rebootplan.Pod
+	// ledger is the approvals ledger; absent are the slots it holds for
+	// nodes that cannot show them (see ledger.go).
+	ledger *ledger
+	absent []rebootplan.Absent
 }
 
 // read lists nodes and groups from the API server (not the cache).
@@ -34,7 +38,11 @@ func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	if err := r.APIReader.List(ctx, &groups); err != nil {
 		return nil, fmt.Errorf("listing reboot groups: %w", err)
 	}
-	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items}
+	l, err := r.readLedger(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items, ledger: l}
 	for i := range nodes.Items {
 		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
@@ -66,10 +74,14 @@ func (s *state) needPods() bool {
 
 // snapshot is the planner's view of the state.
 func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
-	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Now: now}
+	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Absent: s.absent, Now: now}
 	for _, name := range s.names() {
 		n := rebootplan.NodeFrom(s.nodes[name])
 		n.Pods = s.pods[name]
+		// A grant the node does not show yet still holds its slot.
+		if sl, ok := s.ledger.slots[name]; ok && !sl.Confirmed {
+			n.Reserved = true
+		}
 		snap.Nodes = append(snap.Nodes, n)
 	}
 	return snap

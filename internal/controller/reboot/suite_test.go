@@ -73,6 +73,9 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		Kube:      kube,
 		Recorder:  mgr.GetEventRecorder("reboot-controller"),
 		Now:       clock.Now,
+		// The approvals ledger lives in the manager's namespace when
+		// deployed; any namespace does here.
+		LedgerNamespace: "default",
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -1,0 +1,195 @@
+package reboot
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/test/testenv"
+)
+
+// rival is a reboot controller of its own, outside any manager and without
+// leader election: what a second leader, or a paused ex-leader that
+// resumes, is.
+func rival(t *testing.T, env *testenv.Env, c client.Client) *Reconciler {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: c, APIReader: c, Kube: kube, Recorder: &events.FakeRecorder{}, Now: time.Now, LedgerNamespace: "default"}
+	r.init(func() {})
+	return r
+}
+
+// TestStalledLeaderCannotApprovePastTheBudget runs two controllers against
+// one API server of their own (this package's shared one has a controller
+// running already). Controller A decides to approve race-2 and stalls
+// before writing; meanwhile race-1 asks too, having waited longer, and
+// controller B approves it; then A resumes. Each write A makes is
+// conditional on the node it approves, which nobody changed, so without
+// the approvals ledger both nodes end up approved with maxUnavailable 1.
+// With it, A's grant is refused and A decides again from a fresh read.
+func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	one := intstr.FromInt32(1)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "race"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "race"}}, MaxUnavailable: &one}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"race-1", "race-2"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "race"}}}
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status = corev1.NodeStatus{
+			NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-" + name},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+		}
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask := func(name string, since time.Time) {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since.UTC().Format(time.RFC3339)}}})
+		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ask("race-2", time.Now().Add(-time.Hour))
+
+	a, b := rival(t, env, c), rival(t, env, c)
+	stalled, resume := make(chan struct{}), make(chan struct{})
+	a.beforeGrant = func() {
+		a.beforeGrant = nil // stall once
+		close(stalled)
+		<-resume
+	}
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Reconcile(ctx, rollout)
+		aDone <- err
+	}()
+	select {
+	case <-stalled:
+	case err := <-aDone:
+		t.Fatalf("controller A finished without deciding to approve race-2: %v", err)
+	}
+
+	ask("race-1", time.Now().Add(-2*time.Hour))
+	if _, err := b.Reconcile(ctx, rollout); err != nil {
+		t.Fatal(err)
+	}
+	if !approved(t, c, "race-1") {
+		t.Fatal("controller B did not approve race-1, the node that waited longest")
+	}
+	close(resume)
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	// A decides again, as its requeue would make it; so does B.
+	for _, r := range []*Reconciler{a, b, a} {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if approved(t, c, "race-2") {
+		t.Fatal("race-2 approved too: two nodes unavailable with maxUnavailable 1")
+	}
+}
+
+func approved(t *testing.T, c client.Client, name string) bool {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	_, ok := n.Annotations[rebootv1.AnnotationInProgress]
+	return ok
+}
+
+// addLedgerSlot writes a slot into the ledger the package's controller
+// uses, as a controller that crashed between its grant and its node patch
+// would have left it.
+func addLedgerSlot(t *testing.T, node string, sl slot) {
+	t.Helper()
+	eventually(t, "slot written to the ledger", func() (bool, error) {
+		cm := &corev1.ConfigMap{}
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: LedgerName}, cm)
+		if err != nil {
+			return false, err
+		}
+		slots := map[string]slot{}
+		if err := json.Unmarshal([]byte(cm.Data[ledgerKey]), &slots); err != nil {
+			return false, err
+		}
+		slots[node] = sl
+		data, _ := json.Marshal(slots)
+		cm.Data[ledgerKey] = string(data)
+		return k8s.Update(context.Background(), cm) == nil, nil
+	})
+	// The controller does not watch its ledger (it reads it on every
+	// decision, and a restarted leader decides at once); wake it with a
+	// change to a node of no interest.
+	annotate(t, "repair-poke", "test.kubext.io/poke", time.Now().String())
+}
+
+// A grant whose node patch never landed is completed while the node is as
+// it was granted, and dropped once the node changed (the granting patch can
+// then never land): the slot is neither lost nor leaked.
+func TestLedgerRepairsGrantsWithoutTheirNodePatch(t *testing.T) {
+	g := makeGroup(t, "repair", intstr.FromInt32(1), nil)
+	makeNode(t, g.Name, "repair-0", nil)
+	makeNode(t, g.Name, "repair-1", nil)
+	makeNode(t, "repair-poke", "repair-poke", nil)
+	// Make sure the ledger exists: one reboot through it.
+	startAgents(t, g.Name, 0)
+	annotate(t, "repair-0", rebootv1.AnnotationNeeded, "true")
+	eventually(t, "repair-0 rebooted", func() (bool, error) { return protocolDone(getNode(t, "repair-0")), nil })
+
+	// A grant for repair-1 decided from its current version: completed.
+	n := getNode(t, "repair-1")
+	grantedAt := stamp(time.Now().Add(-time.Second))
+	addLedgerSlot(t, "repair-1", slot{Group: g.Name, Approval: grantedAt, NodeResourceVersion: n.ResourceVersion})
+	eventually(t, "the grant completed on repair-1", func() (bool, error) {
+		return getNode(t, "repair-1").Annotations[rebootv1.AnnotationInProgress] == grantedAt, nil
+	})
+	eventually(t, "repair-1's reboot finished and its slot given back", func() (bool, error) {
+		slots, err := ledgerSlots(context.Background())
+		_, held := slots["repair-1"]
+		return protocolDone(getNode(t, "repair-1")) && !held, err
+	})
+
+	// A grant decided from a version the node no longer has: dropped, and
+	// the node is not approved for it (it does not even ask).
+	addLedgerSlot(t, "repair-0", slot{Group: g.Name, Approval: stamp(time.Now()), NodeResourceVersion: "1"})
+	eventually(t, "the stale grant dropped", func() (bool, error) {
+		slots, err := ledgerSlots(context.Background())
+		_, held := slots["repair-0"]
+		return !held, err
+	})
+	if _, ok := getNode(t, "repair-0").Annotations[rebootv1.AnnotationInProgress]; ok {
+		t.Fatal("repair-0 approved from a stale grant")
+	}
+}
