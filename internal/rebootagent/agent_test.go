@@ -69,9 +69,12 @@ func TestSentinelAsksForReboot(t *testing.T) {
 	g.Consistently(func() int { return recorded.count(ReasonRebootRequested) }, 5*sentinelInterval, sentinelInterval/2).Should(
 		Equal(requests+1), "asked once")
 
-	// An admin saying "false" while the file is there is overruled: the
-	// file is the node's own word.
+	// A person declining ("false", as `kubectl kubext reboot cancel`
+	// writes) is not overruled by the file: the agent asks again only once
+	// the annotation is gone.
 	g.Expect(annotate(ctx, thisNode, map[string]*string{rebootv1.AnnotationNeeded: ptr.To("false")})).To(Succeed())
+	g.Consistently(needed, 5*sentinelInterval, sentinelInterval/2).Should(Equal("false"))
+	g.Expect(annotate(ctx, thisNode, map[string]*string{rebootv1.AnnotationNeeded: nil})).To(Succeed())
 	g.Eventually(needed, waitFor, sentinelInterval/2).Should(Equal("true"))
 
 	// Once the file is gone (a reboot clears /var/run), nothing is asked.

@@ -67,7 +67,7 @@ type SentinelAction int
 
 const (
 	// SentinelNothing means there is no file, or the node already asks for
-	// a reboot.
+	// a reboot, or a person declined one (needed=false).
 	SentinelNothing SentinelAction = iota
 	// SentinelRequest means: set reboot.kubext.io/needed=true.
 	SentinelRequest
@@ -85,7 +85,9 @@ func SentinelDecision(node *corev1.Node, s Sentinel, bootTime time.Time) Sentine
 	if !s.Present {
 		return SentinelNothing
 	}
-	if rebootv1.Needed(node.Annotations) {
+	if rebootv1.Needed(node.Annotations) || rebootv1.Declined(node.Annotations) {
+		// Asked already, or a person said no: the file does not
+		// overrule them.
 		return SentinelNothing
 	}
 	if !bootTime.IsZero() && s.Modified.Before(bootTime) {

@@ -96,3 +96,12 @@ const (
 func Needed(annotations map[string]string) bool {
 	return strings.EqualFold(annotations[AnnotationNeeded], "true")
 }
+
+// Declined reports whether a node's annotations decline a reboot: a person
+// (or `kubectl kubext reboot cancel`) set AnnotationNeeded to "false" or
+// "no". The node's agent then does not ask again for its sentinel file
+// until someone asks with "true" or removes the annotation.
+func Declined(annotations map[string]string) bool {
+	v, ok := annotations[AnnotationNeeded]
+	return ok && (strings.EqualFold(v, "false") || strings.EqualFold(v, "no"))
+}

@@ -7,14 +7,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -191,5 +194,63 @@ func TestLedgerRepairsGrantsWithoutTheirNodePatch(t *testing.T) {
 	})
 	if _, ok := getNode(t, "repair-0").Annotations[rebootv1.AnnotationInProgress]; ok {
 		t.Fatal("repair-0 approved from a stale grant")
+	}
+}
+
+// Withdrawing the request (needed=false, as `kubectl kubext reboot
+// cancel` writes) while the node drains undoes the approval: the drain
+// stops, the node is uncordoned (kubext cordoned it), its annotations and
+// its ledger slot are gone, and the next node gets the slot.
+func TestWithdrawnRequestUndoesTheApproval(t *testing.T) {
+	ctx := context.Background()
+	g := makeGroup(t, "cancel", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.Drain.TimeoutSeconds = 600 })
+	makeNode(t, g.Name, "cancel-0", nil)
+	makeNode(t, g.Name, "cancel-1", nil)
+	startAgents(t, g.Name, 0)
+	// A pod no disruption budget lets go keeps cancel-0 draining.
+	runPod(t, "cancel-0", "kept", map[string]string{"app": "kept"})
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "kept"}},
+		},
+	}
+	if err := k8s.Create(ctx, pdb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pdb) })
+	annotate(t, "cancel-0", rebootv1.AnnotationNeeded, "true", rebootv1.AnnotationNeededSince, stamp(time.Now().Add(-time.Hour)))
+	annotate(t, "cancel-1", rebootv1.AnnotationNeeded, "true")
+	eventually(t, "cancel-0 approved and cordoned", func() (bool, error) {
+		n := getNode(t, "cancel-0")
+		_, ok := n.Annotations[rebootv1.AnnotationInProgress]
+		return ok && n.Spec.Unschedulable, nil
+	})
+
+	annotate(t, "cancel-0", rebootv1.AnnotationNeeded, "false")
+	eventually(t, "cancel-0's approval undone", func() (bool, error) {
+		n := getNode(t, "cancel-0")
+		for _, k := range []string{rebootv1.AnnotationInProgress, rebootv1.AnnotationBootID, rebootv1.AnnotationCordonedByUs,
+			rebootv1.AnnotationNow, rebootv1.AnnotationNeededSince} {
+			if _, ok := n.Annotations[k]; ok {
+				return false, nil
+			}
+		}
+		return !n.Spec.Unschedulable && n.Annotations[rebootv1.AnnotationNeeded] == "false", nil
+	})
+	eventually(t, "an Event says so", hasEvent(t, "cancel-0", EventCancelled, "withdrawn before the reboot was ordered"))
+	eventually(t, "the next node rebooted in the freed slot", func() (bool, error) {
+		return protocolDone(getNode(t, "cancel-1")), nil
+	})
+	slots, err := ledgerSlots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held := slots["cancel-0"]; held {
+		t.Fatal("cancel-0 still holds a slot in the ledger")
+	}
+	if rebootplan.NodeFrom(getNode(t, "cancel-0")).Needs() {
+		t.Fatal("cancel-0 asks again")
 	}
 }

@@ -19,6 +19,7 @@ const (
 	EventDrainTimedOut = "DrainTimedOut"
 	EventVerified      = "RebootVerified"
 	EventStuck         = "RebootStuck"
+	EventCancelled     = "RebootCancelled"
 )
 
 // advance moves one node a step along the protocol: it records when a
@@ -40,6 +41,9 @@ func (r *Reconciler) advance(ctx context.Context, s *state, name string, g group
 		return time.Time{}, nil
 	}
 	if _, ordered := n.Annotations[rebootv1.AnnotationNow]; !ordered {
+		if !pn.Needs() {
+			return now, r.withdraw(ctx, s, n, g)
+		}
 		return r.drainStep(ctx, s, n, g, now, next)
 	}
 	return r.verifyStep(ctx, s, n, g, now, next)
@@ -135,6 +139,28 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 		next.at(retryAt)
 		return now, nil
 	}
+}
+
+// withdraw undoes an approval whose request was withdrawn (needed removed
+// or set to false, e.g. by `kubectl kubext reboot cancel`) before the
+// reboot was ordered: the drain stops, the slot is given back, the node is
+// uncordoned if kubext cordoned it. Pods already evicted stay where they
+// were rescheduled. Once ordered, a reboot cannot be called back (the agent
+// may be rebooting the machine): it is verified as usual.
+func (r *Reconciler) withdraw(ctx context.Context, s *state, n *corev1.Node, g group) error {
+	if err := r.giveBack(ctx, s, n.Name); err != nil {
+		return err
+	}
+	r.drains.forget(n.Name)
+	c := n.DeepCopy()
+	release(c)
+	delete(c.Annotations, rebootv1.AnnotationNeededSince)
+	if err := r.patchNode(ctx, s, n, c); err != nil {
+		return err
+	}
+	r.event(c, g, corev1.EventTypeNormal, EventCancelled, "Cancel",
+		"Reboot request for node %s withdrawn before the reboot was ordered: drain stopped, slot given back, node uncordoned if kubext had cordoned it", n.Name)
+	return nil
 }
 
 // release takes a node out of its reboot before it was ordered: the slot is
