@@ -142,6 +142,28 @@ func TestReboot(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("rb-2\nrb-3\n"))
 	g.Expect(out).NotTo(ContainSubstring("rb-1\n"))
 
+	// Cancel: an ordered reboot cannot be called back and nothing is
+	// written; an approved one is withdrawn, a waiting one too.
+	rv1 := resourceVersion(ctx, g, "rb-1")
+	out, _, err = kubectl(ctx, "reboot", "cancel", "rb-1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("node/rb-1: its reboot was ordered at " + now + " and cannot be called back"))
+	g.Expect(resourceVersion(ctx, g, "rb-1")).To(Equal(rv1))
+	patchAnnotations(ctx, g, "rb-2", map[string]any{rebootv1.AnnotationInProgress: now})
+	out, _, err = kubectl(ctx, "reboot", "cancel", "rb-2", "rb-3")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("node/rb-2: reboot request withdrawn (reboot.kubext.io/needed=false); it was approved, so the controller stops its drain"))
+	g.Expect(out).To(ContainSubstring("node/rb-3: reboot request withdrawn (reboot.kubext.io/needed=false); its agent does not ask again"))
+	g.Expect(annotation(ctx, g, "rb-3")).To(Equal("false"))
+	out, _, err = kubectl(ctx, "reboot", "cancel", "rb-3")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(Equal("node/rb-3 does not ask for a reboot (reboot.kubext.io/needed=false).\n"))
+	_, _, err = kubectl(ctx, "reboot", "cancel", "rb-3", "rb-9")
+	g.Expect(err).To(MatchError(`node "rb-9" not found (see: kubectl get nodes)`))
+	// Ask again, as before, for the rest of the test.
+	patchAnnotations(ctx, g, "rb-2", map[string]any{rebootv1.AnnotationInProgress: nil, rebootv1.AnnotationNeeded: "true"})
+	patchAnnotations(ctx, g, "rb-3", map[string]any{rebootv1.AnnotationNeeded: "true"})
+
 	// Pause and resume a group.
 	out, _, err = kubectl(ctx, "reboot", "pause", "rb")
 	g.Expect(err).NotTo(HaveOccurred())

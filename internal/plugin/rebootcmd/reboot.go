@@ -39,8 +39,17 @@ const rebootExample = `  # Ask for a rolling reboot of two nodes
 // their reboot; its subcommands plan, show status, pause and resume.
 func NewCommand(env *plugin.Env) *cobra.Command {
 	o := &requestOptions{env: env}
+	nodeNames := plugin.CompleteNames(env, true, plugin.ListNames(
+		func() *corev1.NodeList { return &corev1.NodeList{} },
+		func(l *corev1.NodeList) []string {
+			var names []string
+			for i := range l.Items {
+				names = append(names, l.Items[i].Name)
+			}
+			return names
+		}))
 	cmd := &cobra.Command{
-		Use:   "reboot NODE... | plan | status | pause GROUP | resume GROUP",
+		Use:   "reboot NODE... | plan | status | pause GROUP | resume GROUP | cancel NODE...",
 		Short: "Coordinated node reboots: ask for one, plan, follow, pause and resume",
 		Long: `Ask for a coordinated reboot of nodes, and follow and steer the rollout.
 
@@ -56,17 +65,10 @@ stayed Ready for the group's soak time, it is uncordoned.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), args)
 		},
-		ValidArgsFunction: plugin.CompleteNames(env, true, plugin.ListNames(
-			func() *corev1.NodeList { return &corev1.NodeList{} },
-			func(l *corev1.NodeList) []string {
-				var names []string
-				for i := range l.Items {
-					names = append(names, l.Items[i].Name)
-				}
-				return names
-			})),
+		ValidArgsFunction: nodeNames,
 	}
-	cmd.AddCommand(newPlanCommand(env), newStatusCommand(env), newPauseCommand(env, true), newPauseCommand(env, false))
+	cmd.AddCommand(newPlanCommand(env), newStatusCommand(env), newPauseCommand(env, true), newPauseCommand(env, false),
+		newCancelCommand(env, nodeNames))
 	return cmd
 }
 
