@@ -138,7 +138,7 @@ func TestIndexReadBack(t *testing.T) {
 				t.Errorf("%s: label %s = %q, want %q", d.Platform, k, c.Labels[k], v)
 			}
 		}
-		if !cf.Created.Time.Equal(testCreated) {
+		if !cf.Created.Equal(testCreated) {
 			t.Errorf("%s: created %s, want SOURCE_DATE_EPOCH's %s", d.Platform, cf.Created.Time, testCreated)
 		}
 
