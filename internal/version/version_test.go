@@ -58,3 +58,15 @@ kubext_build_info{goversion="` + runtime.Version() + `",revision="deadbeef",vers
 		t.Fatal("registering the build info twice succeeded")
 	}
 }
+
+func TestRegisterBuildInfoTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for i := 0; i < 2; i++ {
+		if err := RegisterBuildInfo(reg); err != nil {
+			t.Fatalf("registration %d: %v", i+1, err)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, BuildInfoMetric); err != nil || n != 1 {
+		t.Fatalf("%d series of %s (%v), want 1", n, BuildInfoMetric, err)
+	}
+}
