@@ -121,6 +121,10 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # The image is dated by the last commit, not the clock: same commit, same digest.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1)
+# Evaluated once, not at every use.
+VERSION := $(VERSION)
+REVISION := $(REVISION)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
 export SOURCE_DATE_EPOCH
 VERSION_PKG := github.com/kubext/kubext/internal/version
 LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION)
