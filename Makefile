@@ -178,8 +178,11 @@ build-installer: manifests docker-build ## Write dist/install.yaml: config/defau
 	go run ./hack/image installer --img $(IMG) --layout $(DIST)/image --config config/default --out $(DIST)/install.yaml
 
 .PHONY: deploy
+# A second apply covers objects that raced the API server's namespace cache
+# on a first install; any other error fails it again.
 deploy: build-installer $(KUBECTL) ## Install dist/install.yaml (IMG pinned by digest; push it first) into $KUBECONFIG's cluster.
-	$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -f $(DIST)/install.yaml
+	$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -f $(DIST)/install.yaml || \
+		$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -f $(DIST)/install.yaml
 
 .PHONY: undeploy
 undeploy: $(KUBECTL) ## Remove what deploy created (CRDs and their objects included).
