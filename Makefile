@@ -139,10 +139,12 @@ build: ## Build the binaries into bin/, stamped with VERSION and REVISION.
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 .PHONY: docker-build
-docker-build: ## Build the OCI image index IMG (PLATFORMS) without a daemon: dist/image, dist/image.digest, dist/sbom.cdx.json.
+docker-build: oci-image sbom ## Build the OCI image index IMG (PLATFORMS) without a daemon, and its SBOM.
+
+.PHONY: oci-image
+oci-image: ## The image only: dist/image (OCI layout) and dist/image.digest.
 	go run ./hack/image build --img $(IMG) --version $(VERSION) --revision $(REVISION) --platforms $(PLATFORMS) \
 		--layout $(DIST)/image --bin-dir $(DIST)/bin --digest-file $(DIST)/image.digest
-	$(MAKE) sbom
 
 .PHONY: image
 image: docker-build ## Alias of docker-build.
@@ -152,6 +154,8 @@ docker-push: ## Push dist/image to IMG's registry (docker config credentials); p
 	go run ./hack/image push --img $(IMG) --layout $(DIST)/image
 
 .PHONY: sbom
+# cyclonedx-gomod lists the whole module graph (go list -m all): it needs
+# the module proxy for modules the build never downloaded.
 sbom: $(CYCLONEDX_GOMOD) ## CycloneDX SBOM of the module's dependencies: dist/sbom.cdx.json.
 	@mkdir -p $(DIST)
 	$(CYCLONEDX_GOMOD) mod -licenses -json -output $(DIST)/sbom.cdx.json $(ROOT)
@@ -174,7 +178,7 @@ uninstall: manifests $(KUBECTL) ## Remove the CRDs.
 	$(KUBECTL) --kubeconfig $(KUBECONFIG) delete --ignore-not-found -k config/crd
 
 .PHONY: build-installer
-build-installer: manifests docker-build ## Write dist/install.yaml: config/default with every image pinned to IMG@<digest of the image built>.
+build-installer: manifests oci-image ## Write dist/install.yaml: config/default with every image pinned to IMG@<digest of the image built>.
 	go run ./hack/image installer --img $(IMG) --layout $(DIST)/image --config config/default --out $(DIST)/install.yaml
 
 .PHONY: deploy
