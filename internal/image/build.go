@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -102,7 +103,7 @@ func Build(ctx context.Context, o BuildOptions) (map[string]string, error) {
 	cmd.Dir = o.ModuleDir
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOOS="+o.Platform.OS, "GOARCH="+o.Platform.Architecture)
 	if o.Platform.Variant != "" && o.Platform.Architecture == "arm" {
-		env = append(env, "GOARM="+o.Platform.Variant[len("v"):])
+		env = append(env, "GOARM="+strings.TrimPrefix(o.Platform.Variant, "v"))
 	}
 	cmd.Env = env
 	var stderr bytes.Buffer
