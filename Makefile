@@ -158,7 +158,7 @@ docker-push: ## Push dist/image to IMG's registry (docker config credentials); p
 # the module proxy for modules the build never downloaded.
 sbom: $(CYCLONEDX_GOMOD) ## CycloneDX SBOM of the module's dependencies: dist/sbom.cdx.json.
 	@mkdir -p $(DIST)
-	$(CYCLONEDX_GOMOD) mod -licenses -json -output $(DIST)/sbom.cdx.json $(ROOT)
+	$(CYCLONEDX_GOMOD) mod -licenses -std -noserial -notimestamp -json -output $(DIST)/sbom.cdx.json $(ROOT)
 
 $(CYCLONEDX_GOMOD):
 	cd hack/tools/dev && go build -o $(BIN)/ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
