@@ -120,9 +120,52 @@ bench-failover: tools build ## Static IP: downtime when the holder's node dies (
 
 ##@ Build
 
+# What every binary says with --version and the image's labels say.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+# The image is dated by the last commit, not the clock: same commit, same digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1)
+# Evaluated once, not at every use.
+VERSION := $(VERSION)
+REVISION := $(REVISION)
+SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
+export SOURCE_DATE_EPOCH
+VERSION_PKG := github.com/kubext/kubext/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION)
+# The one image holding every kubext binary (see docs/install.md).
+IMG ?= ghcr.io/kubext/manager:$(VERSION)
+PLATFORMS ?= linux/amd64,linux/arm64
+DIST := $(ROOT)/dist
+CYCLONEDX_GOMOD := $(BIN)/cyclonedx-gomod
+
 .PHONY: build
-build: ## Build the binaries into bin/.
-	go build -o $(BIN)/ ./cmd/...
+build: ## Build the binaries into bin/, stamped with VERSION and REVISION.
+	go build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+.PHONY: docker-build
+docker-build: oci-image sbom ## Build the OCI image index IMG (PLATFORMS) without a daemon, and its SBOM.
+
+.PHONY: oci-image
+oci-image: ## The image only: dist/image (OCI layout) and dist/image.digest.
+	go run ./hack/image build --img $(IMG) --version $(VERSION) --revision $(REVISION) --platforms $(PLATFORMS) \
+		--layout $(DIST)/image --bin-dir $(DIST)/bin --digest-file $(DIST)/image.digest
+
+.PHONY: image
+image: docker-build ## Alias of docker-build.
+
+.PHONY: docker-push
+docker-push: ## Push dist/image to IMG's registry (docker config credentials); prints IMG@digest.
+	go run ./hack/image push --img $(IMG) --layout $(DIST)/image
+
+.PHONY: sbom
+# cyclonedx-gomod lists the whole module graph (go list -m all): it needs
+# the module proxy for modules the build never downloaded.
+sbom: $(CYCLONEDX_GOMOD) ## CycloneDX SBOM of the module's dependencies: dist/sbom.cdx.json.
+	@mkdir -p $(DIST)
+	$(CYCLONEDX_GOMOD) mod -licenses -std -noserial -notimestamp -json -output $(DIST)/sbom.cdx.json $(ROOT)
+
+$(CYCLONEDX_GOMOD):
+	cd hack/tools/dev && go build -o $(BIN)/ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 .PHONY: run
 run: manifests ## Run the manager against $KUBECONFIG.
@@ -138,12 +181,19 @@ install: manifests $(KUBECTL) ## Install the CRDs.
 uninstall: manifests $(KUBECTL) ## Remove the CRDs.
 	$(KUBECTL) --kubeconfig $(KUBECONFIG) delete --ignore-not-found -k config/crd
 
+.PHONY: build-installer
+build-installer: manifests oci-image ## Write dist/install.yaml: config/default with every image pinned to IMG@<digest of the image built>.
+	go run ./hack/image installer --img $(IMG) --layout $(DIST)/image --config config/default --out $(DIST)/install.yaml
+
 .PHONY: deploy
-deploy: manifests $(KUBECTL) ## Deploy the manager (and agents) with kustomize.
-	$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -k config/default
+# A second apply covers objects that raced the API server's namespace cache
+# on a first install; any other error fails it again.
+deploy: build-installer $(KUBECTL) ## Install dist/install.yaml (IMG pinned by digest; push it first) into $KUBECONFIG's cluster.
+	$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -f $(DIST)/install.yaml || \
+		$(KUBECTL) --kubeconfig $(KUBECONFIG) apply --server-side -f $(DIST)/install.yaml
 
 .PHONY: undeploy
-undeploy: $(KUBECTL) ## Remove what deploy created.
+undeploy: $(KUBECTL) ## Remove what deploy created (CRDs and their objects included).
 	$(KUBECTL) --kubeconfig $(KUBECONFIG) delete --ignore-not-found -k config/default
 
 ##@ Tools (built once into bin/, rebuilt only when missing)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -33,6 +34,7 @@ import (
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/internal/version"
 )
 
 // expiryMargin covers the kernel's lag in removing an expired address (its
@@ -74,8 +76,13 @@ func run(ctx context.Context, args []string) error {
 		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
 	if node == "" {
@@ -113,6 +120,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := checkPolicy(ctx, cfg, namespace, node, *skipPolicyCheck); err != nil {
+		return err
+	}
+	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -37,7 +37,7 @@ type options struct {
 }
 
 func (o *options) bindFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage,
+	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage(),
 		"Image the PulsarConsumers' pods run /pulsar-consumer from, unless their spec.image says otherwise. Pin a tag or digest.")
 	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
 		"Namespace of the node agents' heartbeat Leases and of the reboot controller's approvals ledger (ConfigMap kubext-reboot-ledger).")

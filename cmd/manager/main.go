@@ -25,10 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/kubext/kubext/internal/version"
 	ipwebhook "github.com/kubext/kubext/internal/webhook/ip"
 )
 
@@ -99,8 +101,13 @@ func run(ctx context.Context, args []string) error {
 	ctrlOpts.bindFlags(fs)
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
@@ -132,6 +139,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg, err := config.GetConfig()
 	if err != nil {
+		return err
+	}
+	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -90,6 +90,9 @@ func TestManagerServesProbesMetricsAndElectsLeader(t *testing.T) {
 		_, body, err := get("http://" + metrics + "/metrics")
 		return body, err
 	}, 20*time.Second, 100*time.Millisecond).Should(ContainSubstring("leader_election_master_status"))
+	_, body, err := get("http://" + metrics + "/metrics")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(body).To(MatchRegexp(`(?m)^kubext_build_info\{goversion="go[^"]+",revision="[^"]+",version="[^"]+"\} 1$`))
 
 	c, err := client.New(env.Config, client.Options{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -104,6 +107,13 @@ func TestManagerServesProbesMetricsAndElectsLeader(t *testing.T) {
 
 	cancel()
 	g.Eventually(done, 20*time.Second).Should(Receive(BeNil()))
+}
+
+// --version answers without a cluster: it must not need a kubeconfig.
+func TestManagerVersion(t *testing.T) {
+	g := NewWithT(t)
+	t.Setenv("KUBECONFIG", "/nonexistent")
+	g.Expect(run(context.Background(), []string{"--version"})).To(Succeed())
 }
 
 func TestManagerRefusesUnknownController(t *testing.T) {

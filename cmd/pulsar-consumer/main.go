@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,9 +21,18 @@ import (
 	"time"
 
 	"github.com/kubext/kubext/internal/pulsarconsumer"
+	"github.com/kubext/kubext/internal/version"
 )
 
 func main() {
+	// Configured from the environment only; the one flag is --version.
+	fs := flag.NewFlagSet("pulsar-consumer", flag.ExitOnError)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
+	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Get())
+		return
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -18,9 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubext/kubext/internal/rebootagent"
+	"github.com/kubext/kubext/internal/version"
 )
 
 func main() {
@@ -49,8 +51,13 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
+	showVersion := fs.Bool("version", false, "Print the version and exit.")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println(version.Get())
+		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", a.Node))
 	if a.Node == "" {
@@ -84,6 +91,9 @@ func run(ctx context.Context, args []string) error {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	cfg, err := config.GetConfig()
 	if err != nil {
+		return err
+	}
+	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

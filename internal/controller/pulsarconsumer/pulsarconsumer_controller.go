@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -20,12 +21,43 @@ import (
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
 	"github.com/kubext/kubext/internal/ownedapply"
+	"github.com/kubext/kubext/internal/version"
 )
 
+// DefaultRepository is where kubext's releases publish the image that
+// holds every kubext binary, /pulsar-consumer included.
+const DefaultRepository = "ghcr.io/kubext/manager"
+
 // DefaultImage is the image the consumers run when neither the
-// PulsarConsumer nor the manager names one: the kubext release this code
-// belongs to, which holds /pulsar-consumer.
-const DefaultImage = "ghcr.io/kubext/manager:v0.1.0"
+// PulsarConsumer nor the manager names one: DefaultRepository tagged with
+// this binary's own version, so that a manager runs consumers of its own
+// release. An installer pins the manager's --pulsar-consumer-image to the
+// digest it deploys, which is better still: a tag can move.
+func DefaultImage() string {
+	return DefaultRepository + ":" + imageTag(version.Get().Version)
+}
+
+// imageTag turns a version into a valid image tag ([A-Za-z0-9_.-], at most
+// 128 characters, not starting with '.' or '-'): a Go pseudo-version's
+// "+dirty" has a '+', which a tag cannot hold.
+func imageTag(v string) string {
+	b := []byte(v)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			b[i] = '-'
+		}
+	}
+	t := strings.TrimLeft(string(b), ".-")
+	if len(t) > 128 {
+		t = t[:128]
+	}
+	if t == "" {
+		return "latest"
+	}
+	return t
+}
 
 // Reconciler reconciles PulsarConsumer objects.
 type Reconciler struct {

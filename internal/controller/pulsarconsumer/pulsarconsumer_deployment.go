@@ -104,7 +104,7 @@ func (r *Reconciler) image(pc *pulsarv1.PulsarConsumer) string {
 	case r.Image != "":
 		return r.Image
 	}
-	return DefaultImage
+	return DefaultImage()
 }
 
 // replicas is spec.replicas, which the API server defaults to 1.
