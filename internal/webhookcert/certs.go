@@ -217,10 +217,11 @@ func verifyServing(c *x509.Certificate, roots []*x509.Certificate, now time.Time
 	return nil
 }
 
-// due says whether c has used up rotateAt of its validity at now.
-func due(c *x509.Certificate, now time.Time, rotateAt float64) bool {
-	life := c.NotAfter.Sub(c.NotBefore)
-	return !now.Before(c.NotBefore.Add(time.Duration(float64(life) * rotateAt)))
+// due says whether c, issued for lifetime, has less than a third of it
+// left at now. It goes by the lifetime asked for rather than the
+// certificate's span, which includes the backdate.
+func due(c *x509.Certificate, now time.Time, lifetime time.Duration) bool {
+	return c.NotAfter.Sub(now) < lifetime/3
 }
 
 // signedBy says whether c's signature verifies with ca's key.

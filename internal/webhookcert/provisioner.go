@@ -86,13 +86,14 @@ const (
 	KeyKey = corev1.TLSPrivateKeyKey
 )
 
-// Defaults for Provisioner's lifetimes.
+// Defaults for Provisioner's lifetimes. A certificate is replaced when a
+// third of its lifetime is left (after 60 of 90 days), which leaves a month
+// to retry in; the CA's lifetime must be at least three serving
+// certificates', so that one issued just before the CA's rotation never
+// outlives it.
 const (
 	DefaultCertLifetime = 90 * 24 * time.Hour
 	DefaultCALifetime   = 3 * 365 * 24 * time.Hour
-	// rotateAt is the share of a certificate's validity after which it is
-	// replaced: a third of its life is left to retry in.
-	rotateAt = 2.0 / 3.0
 )
 
 // RBAC for the provisioner. The names are those config/default gives the
@@ -212,7 +213,7 @@ func (p *Provisioner) ensureOnce(ctx context.Context) error {
 	st := p.load(secret, now)
 
 	// Step 1: a usable current CA, older unexpired CAs kept behind it.
-	if st.ca == nil || due(st.ca.cert, now, rotateAt) {
+	if st.ca == nil || due(st.ca.cert, now, caLife) {
 		ca, err := newCA(now, caLife)
 		if err != nil {
 			return err
@@ -234,7 +235,7 @@ func (p *Provisioner) ensureOnce(ctx context.Context) error {
 
 	// Step 3: a serving certificate from the current CA, issued only once
 	// the configurations trust that CA (rule 2).
-	if st.serving == nil || due(st.serving.cert, now, rotateAt) || !signedBy(st.serving.cert, st.ca.cert) {
+	if st.serving == nil || due(st.serving.cert, now, certLife) || !signedBy(st.serving.cert, st.ca.cert) {
 		if !containsCert(trusted, st.ca.cert) {
 			return fmt.Errorf("the webhook configurations do not trust the current CA yet")
 		}
