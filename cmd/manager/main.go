@@ -109,6 +109,9 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
+	if err := hook.validate(); err != nil {
+		return err
+	}
 	selected, err := selectControllers(controllerList)
 	if err != nil {
 		return err

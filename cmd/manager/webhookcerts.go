@@ -56,6 +56,13 @@ func (w *webhookFlags) bind(fs *flag.FlagSet) {
 // provisioner issues (or reads and checks) the certificate, injects its CA
 // and writes it into certDir before the webhook server starts, and returns
 // the provisioner that keeps it current from then on.
+func (w *webhookFlags) validate() error {
+	if w.certSource != certSourceSelf && w.certSource != certSourceExternal {
+		return fmt.Errorf("--webhook-cert-source must be %s or %s, not %q", certSourceSelf, certSourceExternal, w.certSource)
+	}
+	return nil
+}
+
 func (w *webhookFlags) provisioner(ctx context.Context, cfg *rest.Config, certDir string, port int) (*webhookcert.Provisioner, error) {
 	ns := w.namespace
 	if ns == "" {
