@@ -79,6 +79,9 @@ func (w *webhookFlags) provisioner(ctx context.Context, cfg *rest.Config, certDi
 	if err != nil {
 		return nil, err
 	}
+	// Named in managedFields, and so in the conflict a server-side apply
+	// of the manifests reports on failurePolicy (docs/webhooks.md).
+	c = client.WithFieldOwner(c, "kubext-webhook-certificate")
 	p := &webhookcert.Provisioner{
 		Client:                c,
 		Namespace:             ns,

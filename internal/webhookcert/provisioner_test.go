@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -539,6 +540,35 @@ func TestSelfProvisionedWebhooks(t *testing.T) {
 				current = fixed
 			})
 		}
+	})
+
+	t.Run("upgrade: re-applying the manifest server-side resets Ignore, the manager restores Fail", func(t *testing.T) {
+		g := NewWithT(t)
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: vwcName}, v)).To(Succeed())
+		manifest := &admissionregistrationv1.ValidatingWebhookConfiguration{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+			ObjectMeta: metav1.ObjectMeta{Name: vwcName},
+		}
+		for _, w := range v.Webhooks {
+			w.ClientConfig.CABundle = nil // not in the manifest
+			ignore := admissionregistrationv1.Ignore
+			w.FailurePolicy = &ignore
+			manifest.Webhooks = append(manifest.Webhooks, w)
+		}
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(manifest)
+		g.Expect(err).NotTo(HaveOccurred())
+		apply := func(opts ...client.ApplyOption) error {
+			return admin.Apply(ctx, client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u}),
+				append(opts, client.FieldOwner("kubectl"))...)
+		}
+		g.Expect(apply()).To(MatchError(ContainSubstring("conflict")), "the manager owns failurePolicy")
+		g.Expect(apply(client.ForceOwnership)).To(Succeed())
+		g.Expect(failurePolicies(ctx, g)).To(HaveEach(admissionregistrationv1.Ignore))
+		g.Expect(trustedCAs(ctx, g)).NotTo(BeEmpty(), "the bundle, not in the manifest, stays")
+		g.Expect(p1.Ensure(ctx)).To(Succeed())
+		g.Expect(p1.EnsureFailClosed(ctx)).To(Succeed())
+		g.Expect(failurePolicies(ctx, g)).To(HaveEach(admissionregistrationv1.Fail))
 	})
 
 	t.Run("a manager that may not patch the webhook configuration says so and serves nothing", func(t *testing.T) {
