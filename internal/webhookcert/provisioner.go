@@ -259,7 +259,11 @@ func (p *Provisioner) ensureOnce(ctx context.Context) error {
 	if err := verifyServing(st.serving.cert, trusted, now, p.DNSNames(), p.IPs); err != nil {
 		return fmt.Errorf("not serving the certificate in Secret %s: the webhook configurations' CA bundle does not verify it: %w", key, err)
 	}
-	return p.writeFiles(st.serving)
+	if err := p.writeFiles(st.serving); err != nil {
+		return err
+	}
+	servingNotAfter.Set(float64(st.serving.cert.NotAfter.Unix()))
+	return nil
 }
 
 // state is what the Secret holds that can be used.

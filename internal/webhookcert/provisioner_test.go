@@ -19,6 +19,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	dto "github.com/prometheus/client_model/go"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -300,6 +301,9 @@ func TestSelfProvisionedWebhooks(t *testing.T) {
 		g.Expect(trustedCAs(ctx, g)[0].Equal(cas[0])).To(BeTrue())
 		g.Expect(fileCert(g, a.CertDir)).To(Equal(fileCert(g, b.CertDir)))
 		g.Expect(fileCert(g, a.CertDir)).To(Equal(secretData(ctx, g)[CertKey]))
+		var m dto.Metric
+		g.Expect(servingNotAfter.Write(&m)).To(Succeed())
+		g.Expect(m.GetGauge().GetValue()).To(BeEquivalentTo(mustParse(g, fileCert(g, a.CertDir)).NotAfter.Unix()))
 	})
 
 	t.Run("nothing to change writes nothing", func(t *testing.T) {
