@@ -546,6 +546,41 @@ func TestSelfProvisionedWebhooks(t *testing.T) {
 		}
 	})
 
+	t.Run("the Secret deleted and a replica killed halfway: nothing untrusted is served, the next sync finishes", func(t *testing.T) {
+		g := NewWithT(t)
+		oldServed := fileCert(g, p1.CertDir)
+		g.Expect(admin.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secretName}})).To(Succeed())
+		// A replica that dies after publishing a new CA in the Secret and
+		// before injecting it.
+		base, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		dying := interceptor.NewClient(base, interceptor.Funcs{
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+					return errors.New("killed")
+				}
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+		})
+		pDying := newProvisioner(t, dying, clk, port)
+		g.Expect(pDying.Ensure(ctx)).To(MatchError(ContainSubstring("killed")))
+		_, statErr := os.Stat(filepath.Join(pDying.CertDir, CertKey))
+		g.Expect(os.IsNotExist(statErr)).To(BeTrue(), "it served nothing")
+		newCAs, err := parseCerts(secretData(ctx, g)[CABundleKey])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(newCAs).To(HaveLen(1))
+		g.Expect(containsCert(trustedCAs(ctx, g), newCAs[0])).To(BeFalse())
+		// Replica 1 still serves its certificate, whose CA stays trusted.
+		g.Expect(refusedByWebhook()).To(Succeed())
+
+		g.Expect(p1.Ensure(ctx)).To(Succeed())
+		g.Expect(containsCert(trustedCAs(ctx, g), newCAs[0])).To(BeTrue())
+		g.Expect(fileCert(g, p1.CertDir)).NotTo(Equal(oldServed))
+		g.Eventually(func() bool { return signedBy(served(g, p1.ServerAddr), newCAs[0]) }, 30*time.Second, 100*time.Millisecond).
+			Should(BeTrue())
+		g.Expect(refusedByWebhook()).To(Succeed())
+	})
+
 	t.Run("upgrade: re-applying the manifest server-side resets Ignore, the manager restores Fail", func(t *testing.T) {
 		g := NewWithT(t)
 		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
