@@ -24,7 +24,9 @@
 //     configuration already holds and never removes an unexpired one, so a
 //     replica with an older view of the Secret cannot take out a CA that a
 //     newer serving certificate needs. A serving certificate never outlives
-//     its CA, so an expired CA verifies nothing anyone serves.
+//     its CA, so an expired CA verifies nothing anyone serves (and since
+//     certificates are replaced with a third of their life left, clock skew
+//     between replicas and the API server never comes near that edge).
 //  2. A serving certificate is issued by the current CA only after a fresh
 //     read (or the response of our own patch) of every configuration shows
 //     that CA in its bundle. A new CA therefore first joins the bundle next
