@@ -32,6 +32,7 @@ import (
 
 	"github.com/kubext/kubext/internal/version"
 	ipwebhook "github.com/kubext/kubext/internal/webhook/ip"
+	"github.com/kubext/kubext/internal/webhookcert"
 )
 
 var scheme = runtime.NewScheme()
@@ -90,13 +91,16 @@ func run(ctx context.Context, args []string) error {
 		"Serve metrics over HTTP/2 (off by default against the HTTP/2 Rapid Reset attacks).")
 	fs.StringVar(&controllerList, "controllers", "all",
 		"Comma-separated controllers to run, or 'all'. Known: "+strings.Join(controllerNames(), ", ")+".")
-	fs.BoolVar(&enableWebhooks, "enable-webhooks", false,
-		"Serve the validating webhooks that refuse overlapping IPPools and IPs whose address no pool hands out. "+
-			"They need a serving certificate in --webhook-cert-dir (e.g. from cert-manager) and config/webhook; "+
-			"without them the controllers report the same problems as conditions.")
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != "" && fileExists(serviceAccountNamespaceFile)
+	fs.BoolVar(&enableWebhooks, "enable-webhooks", inCluster,
+		"Serve the validating webhooks that refuse overlapping IPPools and IPs whose address no pool hands out "+
+			"(config/webhook). On by default in a cluster, off out of cluster (`make run`), where the API server "+
+			"could not reach them; without them the controllers report the same problems as conditions.")
 	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on (with --enable-webhooks).")
 	fs.StringVar(&webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"),
 		"Directory holding the webhook server's certificate and key, tls.crt and tls.key (with --enable-webhooks).")
+	var hook webhookFlags
+	hook.bind(fs)
 	var ctrlOpts options
 	ctrlOpts.bindFlags(fs)
 	opts := zap.Options{Development: true}
@@ -112,6 +116,9 @@ func run(ctx context.Context, args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
+	if err := hook.validate(); err != nil {
+		return err
+	}
 	selected, err := selectControllers(controllerList)
 	if err != nil {
 		return err
@@ -125,11 +132,12 @@ func run(ctx context.Context, args []string) error {
 		tlsOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	}
 	metricsOpts.TLSOpts = tlsOpts
-	if enableWebhooks {
+	if enableWebhooks && hook.certSource == certSourceExternal {
 		// Fail here, with the way out, rather than in the webhook server.
 		if _, err := os.Stat(filepath.Join(webhookCertDir, "tls.crt")); err != nil {
-			return fmt.Errorf("--enable-webhooks needs a serving certificate (tls.crt, tls.key) in --webhook-cert-dir %s; "+
-				"mount one, or run with --enable-webhooks=false", webhookCertDir)
+			return fmt.Errorf("--enable-webhooks with --webhook-cert-source=external needs a serving certificate "+
+				"(tls.crt, tls.key) in --webhook-cert-dir %s; mount one, use --webhook-cert-source=self, "+
+				"or run with --enable-webhooks=false", webhookCertDir)
 		}
 	}
 	if leaderElectNS == "" && leaderElect {
@@ -143,6 +151,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
+	}
+	var certs *webhookcert.Provisioner
+	if enableWebhooks && hook.certSource == certSourceSelf {
+		// The webhook server reads its certificate when it starts: have
+		// one in --webhook-cert-dir before the manager starts it.
+		if certs, err = hook.provisioner(ctx, cfg, webhookCertDir, webhookPort); err != nil {
+			return err
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
@@ -178,6 +194,18 @@ func run(ctx context.Context, args []string) error {
 		}
 		if err := mgr.AddReadyzCheck("webhooks", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
+		}
+		if certs != nil {
+			if err := mgr.Add(certs); err != nil {
+				return err
+			}
+			// Not ready (so not behind the Service) until the API server
+			// could verify what this replica serves.
+			if err := mgr.AddReadyzCheck("webhook-certificate", func(req *http.Request) error {
+				return certs.CheckServing(req.Context())
+			}); err != nil {
+				return err
+			}
 		}
 		log.Info("Serving webhooks", "port", webhookPort)
 	}

@@ -25,6 +25,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(managerArgsEnv) != "" {
+		// The manager process of a test (see TestManagerProcess): it talks to
+		// its parent's API server.
+		os.Exit(m.Run())
+	}
 	var err error
 	env, err = testenv.Start()
 	if err != nil {
@@ -124,8 +129,14 @@ func TestManagerRefusesUnknownController(t *testing.T) {
 
 func TestManagerWithWebhooksNeedsACertificate(t *testing.T) {
 	g := NewWithT(t)
-	err := run(context.Background(), []string{"--kubeconfig", kubeconfig, "--enable-webhooks", "--webhook-cert-dir", t.TempDir()})
+	err := run(context.Background(), []string{"--kubeconfig", kubeconfig, "--enable-webhooks",
+		"--webhook-cert-source=external", "--webhook-cert-dir", t.TempDir()})
 	g.Expect(err).To(MatchError(ContainSubstring("--enable-webhooks=false")))
+	// Out of cluster there is no namespace to keep the certificate in.
+	err = run(context.Background(), []string{"--kubeconfig", kubeconfig, "--enable-webhooks", "--webhook-cert-dir", t.TempDir()})
+	g.Expect(err).To(MatchError(ContainSubstring("--enable-webhooks=false")))
+	err = run(context.Background(), []string{"--kubeconfig", kubeconfig, "--webhook-cert-source=cert-manager"})
+	g.Expect(err).To(MatchError(ContainSubstring("--webhook-cert-source must be self or external")))
 }
 
 func TestSelectControllers(t *testing.T) {

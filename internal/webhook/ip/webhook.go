@@ -2,12 +2,16 @@
 // with a message that says which and why, at the API. Single-object checks
 // are CEL rules in the CRDs; these need other objects, which CEL cannot see.
 //
-// The webhooks are registered with failurePolicy Ignore: a manager that is
-// down or not yet ready never blocks creating or editing IPs and pools. The
-// IP and IPPool controllers still report the same problems as conditions
-// (AddressOutsidePool, PoolNotFound, PoolOverlap), so they remain the
-// backstop for whatever gets past the webhook, e.g. two overlapping pools
-// created at the same instant.
+// The webhooks are installed with failurePolicy Ignore, so that a fresh
+// install never blocks creating or editing IPs and pools before the manager
+// serves them; with its self-provisioned certificate (internal/webhookcert)
+// the manager switches them to Fail once its server answers with a
+// certificate the API server verifies, since only a webhook can make these
+// checks at the API. The IP and IPPool controllers still report the same
+// problems as conditions (AddressOutsidePool, PoolNotFound, PoolOverlap),
+// so they remain the backstop for whatever gets past the webhook, e.g. two
+// overlapping pools created at the same instant, or anything written while
+// the webhooks were still Ignore.
 package ipwebhook
 
 import (
