@@ -164,3 +164,62 @@ $(GOLANGCI_LINT):
 .PHONY: $(BIN)/lab
 $(BIN)/lab:
 	go build -o $(BIN)/lab ./test/lab/cmd/lab
+
+##@ Chart
+
+HELM     := $(BIN)/helm
+PROMTOOL ?= $(shell command -v promtool)
+CHART    := charts/kubext
+# The files of config/ the chart renders from (the chart's copies live under
+# $(CHART)/files/config/<same path>; CRDs under $(CHART)/crds/). One source
+# of truth: edit config/, then `make chart-sync`; test/chart fails when the
+# copies differ.
+CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml \
+	config/rbac/metrics_auth_role.yaml config/rbac/metrics_reader_role.yaml \
+	$(sort $(wildcard config/rbac/*_editor_role.yaml config/rbac/*_viewer_role.yaml)) \
+	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml \
+	$(sort $(filter-out %/kustomization.yaml,$(wildcard config/policy/*.yaml))) \
+	config/webhook/manifests.yaml config/prometheus/rules.yaml config/prometheus/dashboard.json
+
+# Stamped as helm's own Makefile does: its version, and the Kubernetes
+# version that `helm template` and `helm lint` assume without a cluster
+# (unstamped, v1.20, which the chart's kubeVersion refuses).
+HELM_VERSION := $(shell cd hack/tools/dev && go list -m -f '{{.Version}}' helm.sh/helm/v3 2>/dev/null)
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36
+
+$(HELM):
+	cd hack/tools/dev && go build -ldflags "$(HELM_LDFLAGS)" -o $(BIN)/ helm.sh/helm/v3/cmd/helm
+
+.PHONY: chart-sync
+chart-sync: ## Copy the CRDs, RBAC rules, policies, alert rules and dashboard from config/ into the chart.
+	rm -rf $(CHART)/crds $(CHART)/files/config
+	mkdir -p $(CHART)/crds
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	for f in $(CHART_CONFIG_FILES); do mkdir -p $(CHART)/files/$$(dirname $$f); cp $$f $(CHART)/files/$$f; done
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## helm lint --strict the chart.
+	$(HELM) lint --strict $(CHART)
+
+.PHONY: chart-package
+chart-package: $(HELM) chart-sync ## Package the chart into dist/.
+	$(HELM) package $(CHART) -d dist
+
+# promtool checks the alert rules (test/chart). Debian's `prometheus` package
+# ships it; install it when missing (as .ci/run does for redis-server), or
+# fail saying so: the rule tests never skip silently.
+.PHONY: promtool
+promtool:
+	@command -v promtool >/dev/null || { \
+		echo "promtool missing: installing the Debian package prometheus"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+		else echo "promtool not found: install it (apt-get install prometheus) or put it on PATH" >&2; exit 1; fi; }
+
+.PHONY: test-chart
+test-chart: $(HELM) promtool ## Chart and observability tests: sync, lint, render vs config/default, promtool, metric names.
+	go test $(GO_TEST_FLAGS) -v ./test/chart/...
+
+# The chart tests run under `make test` too: they need helm and promtool.
+test test-unit: $(HELM) promtool

@@ -10,5 +10,6 @@ package tools
 
 import (
 	_ "github.com/golangci/golangci-lint/v2/cmd/golangci-lint"
+	_ "helm.sh/helm/v3/cmd/helm"
 	_ "sigs.k8s.io/controller-tools/cmd/controller-gen"
 )
