@@ -143,12 +143,12 @@ func TestWebhooksOffAndCertManager(t *testing.T) {
 				t.Errorf("Certificate dnsNames %s miss the webhook Service", dns)
 			}
 		case "ValidatingWebhookConfiguration":
-			if a := o.GetAnnotations()["cert-manager.io/inject-ca-from"]; a != "kubext-system/kubext-webhook-server-cert" {
+			if a := o.GetAnnotations()["cert-manager.io/inject-ca-from"]; a != "kubext-system/kubext-serving-cert" {
 				t.Errorf("inject-ca-from = %q", a)
 			}
 		case "Deployment":
 			pod := nested(o.Object, "spec", "template", "spec").(map[string]any)
-			if v := canonical(pod["volumes"]); !strings.Contains(v, `"secretName":"kubext-webhook-server-cert"`) {
+			if v := canonical(pod["volumes"]); !strings.Contains(v, `"secretName":"kubext-webhook-server-cert-cm"`) {
 				t.Errorf("manager volumes %s do not mount the Certificate's Secret", v)
 			}
 			args := strs(asMaps(pod["containers"])[0]["args"])

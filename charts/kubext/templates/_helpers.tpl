@@ -72,6 +72,44 @@ Usage: include "kubext.configDoc" (list $ "config/rbac/role.yaml" "ClusterRole" 
 {{- $found -}}
 {{- end -}}
 
+{{/*
+Like kubext.configDoc, but "" when the file has no such document: for
+objects config/ has only in some configurations (e.g. the manager's
+namespaced Role, generated only when a marker asks for one).
+*/}}
+{{- define "kubext.configDocOptional" -}}
+{{- $root := index . 0 -}}
+{{- $content := $root.Files.Get (printf "files/%s" (index . 1)) -}}
+{{- range $doc := regexSplit "(?m)^---[ \t]*$" $content -1 -}}
+{{- $obj := fromYaml $doc -}}
+{{- if and $obj (eq (toString $obj.kind) (index $ 2)) (eq (toString (dig "metadata" "name" "" $obj)) (index $ 3)) -}}
+{{- toYaml $obj -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+RBAC rules of config/rbac with the release's prefix: the markers name
+objects as config/default does (kubext-...), e.g. resourceNames of the
+webhook configuration and its certificate Secret; the chart names them with
+its prefix, so the rules follow.
+*/}}
+{{- define "kubext.prefixedRules" -}}
+{{- $prefix := index . 0 -}}
+{{- $rules := list -}}
+{{- range $r := index . 1 -}}
+{{- if $r.resourceNames -}}
+{{- $names := list -}}
+{{- range $n := $r.resourceNames -}}
+{{- $names = append $names (regexReplaceAll "^kubext-" $n $prefix) -}}
+{{- end -}}
+{{- $r = merge (dict "resourceNames" $names) (omit $r "resourceNames") -}}
+{{- end -}}
+{{- $rules = append $rules $r -}}
+{{- end -}}
+{{- toYaml $rules -}}
+{{- end -}}
+
 {{/* Every document of a config/ copy, as a YAML list (callers use fromYamlArray). */}}
 {{- define "kubext.configDocs" -}}
 {{- $root := index . 0 -}}
