@@ -192,6 +192,9 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 $(HELM):
 	cd hack/tools/dev && go build -ldflags "$(HELM_LDFLAGS)" -o $(BIN)/ helm.sh/helm/v3/cmd/helm
 
+.PHONY: helm
+helm: $(HELM) ## Build helm (v3, tools module) into bin/ once.
+
 .PHONY: chart-sync
 chart-sync: ## Copy the CRDs, RBAC rules, policies, alert rules and dashboard from config/ into the chart.
 	rm -rf $(CHART)/crds $(CHART)/files/config

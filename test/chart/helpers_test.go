@@ -45,7 +45,7 @@ func tool(t *testing.T, rel, how string) string {
 }
 
 func helmBin(t *testing.T) string {
-	return tool(t, "helm", "run `make bin/helm` (or `make test-chart`)")
+	return tool(t, "helm", "run `make helm` (or `make test-chart`)")
 }
 
 func kubectlBin(t *testing.T) string {
