@@ -35,6 +35,8 @@ func TestValuesSchemaRefuses(t *testing.T) {
 		{"agents.ipAgent.leaseDuration=2 seconds", "/agents/ipAgent/leaseDuration"},
 		{"namePrefix=kubext", "/namePrefix"},
 		{"webhooks.certificates=openssl", "/webhooks/certificates"},
+		// Not a schema rule: the template refuses a budget no drain can meet.
+		{"manager.replicas=1", "must be below manager.replicas"},
 	} {
 		out, err := tryRun(t, helm, "template", release, "charts/kubext", "--set", tc.set)
 		if err == nil {
