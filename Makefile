@@ -229,3 +229,55 @@ PLUGIN_VERSION ?= $(shell v=$$(git describe --tags --exact-match 2>/dev/null) &&
 plugin-dist: ## Cross-build kubectl-kubext archives (with completion script), sha256sums and a krew manifest into dist/plugin.
 	go run ./hack/plugin-release --version $(PLUGIN_VERSION) --out dist/plugin \
 		--ldflags "-s -w -X github.com/kubext/kubext/internal/version.Version=$(PLUGIN_VERSION) -X github.com/kubext/kubext/internal/version.Revision=$$(git rev-parse HEAD)"
+
+##@ Chart
+
+HELM     := $(BIN)/helm
+PROMTOOL ?= $(shell command -v promtool)
+CHART    := charts/kubext
+# The files of config/ the chart renders from (the chart's copies live under
+# $(CHART)/files/config/<same path>; CRDs under $(CHART)/crds/). One source
+# of truth: edit config/, then `make chart-sync`; test/chart fails when the
+# copies differ.
+CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml \
+	config/rbac/metrics_auth_role.yaml config/rbac/metrics_reader_role.yaml \
+	$(sort $(wildcard config/rbac/*_editor_role.yaml config/rbac/*_viewer_role.yaml)) \
+	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml \
+	$(sort $(filter-out %/kustomization.yaml,$(wildcard config/policy/*.yaml))) \
+	config/webhook/manifests.yaml config/prometheus/rules.yaml config/prometheus/dashboard.json
+
+# Stamped as helm's own Makefile does: its version, and the Kubernetes
+# version that `helm template` and `helm lint` assume without a cluster
+# (unstamped, v1.20, which the chart's kubeVersion refuses).
+HELM_VERSION := $(shell cd hack/tools/dev && go list -m -f '{{.Version}}' helm.sh/helm/v3 2>/dev/null)
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36 \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36
+
+$(HELM):
+	cd hack/tools/dev && go build -ldflags "$(HELM_LDFLAGS)" -o $(BIN)/ helm.sh/helm/v3/cmd/helm
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (v3, tools module) into bin/ once.
+
+.PHONY: chart-sync
+chart-sync: ## Copy the CRDs, RBAC rules, policies, alert rules and dashboard from config/ into the chart.
+	rm -rf $(CHART)/crds $(CHART)/files/config
+	mkdir -p $(CHART)/crds
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	for f in $(CHART_CONFIG_FILES); do mkdir -p $(CHART)/files/$$(dirname $$f); cp $$f $(CHART)/files/$$f; done
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## helm lint --strict the chart.
+	$(HELM) lint --strict $(CHART)
+
+.PHONY: chart-package
+chart-package: $(HELM) chart-sync ## Package the chart into dist/.
+	$(HELM) package $(CHART) -d dist
+
+.PHONY: test-chart
+test-chart: $(HELM) test-deps ## Chart and observability tests: sync, lint, render vs config/default, promtool, metric names.
+	go test $(GO_TEST_FLAGS) -v ./test/chart/...
+
+# The chart tests run under `make test` too: they need helm (and promtool, from test-deps).
+test test-unit: $(HELM)
