@@ -30,6 +30,7 @@ type options struct {
 	heartbeatNamespace string
 	ipDeleteStalePods  bool
 	rebootDrainBackoff time.Duration
+	rebootLedgerName   string
 
 	// pulsarConsumerImage is what PulsarConsumers run unless their spec
 	// names an image.
@@ -40,10 +41,12 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage(),
 		"Image the PulsarConsumers' pods run /pulsar-consumer from, unless their spec.image says otherwise. Pin a tag or digest.")
 	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
-		"Namespace of the node agents' heartbeat Leases and of the reboot controller's approvals ledger (ConfigMap kubext-reboot-ledger).")
+		"Namespace of the node agents' heartbeat Leases and of the reboot controller's approvals ledger.")
 	fs.BoolVar(&o.ipDeleteStalePods, "ip-delete-stale-pods", false,
 		"Delete pods that claim an IP on a node whose agent is lost when no standby can take over, "+
 			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
+	fs.StringVar(&o.rebootLedgerName, "reboot-ledger-name", reboot.DefaultLedgerName,
+		"Name of the reboot controller's approvals ledger, a ConfigMap in --heartbeat-namespace (the manager's Role grants it by name).")
 	fs.DurationVar(&o.rebootDrainBackoff, "reboot-drain-backoff", reboot.DefaultDrainBackoff,
 		"How long a node whose drain timed out waits before it is tried again; doubles with each further timeout, up to 30m.")
 }
@@ -109,6 +112,7 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 		Recorder:        mgr.GetEventRecorder("reboot-controller"),
 		DrainBackoff:    o.rebootDrainBackoff,
 		LedgerNamespace: o.heartbeatNamespace,
+		LedgerName:      o.rebootLedgerName,
 	}).SetupWithManager(mgr)
 }
 

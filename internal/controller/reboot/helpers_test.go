@@ -285,7 +285,7 @@ func protocolDone(n *corev1.Node) bool {
 // ledgerSlots reads the approvals ledger as the controller stores it.
 func ledgerSlots(ctx context.Context) (map[string]slot, error) {
 	cm := &corev1.ConfigMap{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: LedgerName}, cm); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	slots := map[string]slot{}

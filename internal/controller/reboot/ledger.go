@@ -54,9 +54,9 @@ import (
 // they are not kubext's doing and a stale view of them cannot be prevented
 // by kubext's writes.
 
-// LedgerName is the ConfigMap holding the approvals ledger, in the
-// controller's namespace.
-const LedgerName = "kubext-reboot-ledger"
+// DefaultLedgerName is the ConfigMap holding the approvals ledger, in the
+// controller's namespace, unless Reconciler.LedgerName says otherwise.
+const DefaultLedgerName = "kubext-reboot-ledger"
 
 // ledgerKey is the ConfigMap key holding the slots as JSON.
 const ledgerKey = "slots"
@@ -85,12 +85,12 @@ type ledger struct {
 // readLedger reads the ledger from the API server (never from a cache).
 func (r *Reconciler) readLedger(ctx context.Context) (*ledger, error) {
 	cm := &corev1.ConfigMap{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: r.LedgerNamespace, Name: LedgerName}, cm)
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: r.LedgerNamespace, Name: r.LedgerName}, cm)
 	if apierrors.IsNotFound(err) {
 		return &ledger{slots: map[string]slot{}}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the reboot ledger %s/%s: %w", r.LedgerNamespace, LedgerName, err)
+		return nil, fmt.Errorf("reading the reboot ledger %s/%s: %w", r.LedgerNamespace, r.LedgerName, err)
 	}
 	l := &ledger{object: cm, slots: map[string]slot{}}
 	if data := cm.Data[ledgerKey]; data != "" {
@@ -98,7 +98,7 @@ func (r *Reconciler) readLedger(ctx context.Context) (*ledger, error) {
 			// Never guess at a damaged budget: approve nothing until a
 			// person looks (the Event and error say where).
 			return nil, fmt.Errorf("the reboot ledger %s/%s is not valid JSON (%w); no reboot is approved until it is fixed or deleted",
-				r.LedgerNamespace, LedgerName, err)
+				r.LedgerNamespace, r.LedgerName, err)
 		}
 	}
 	return l, nil
@@ -113,13 +113,13 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 	}
 	if l.object == nil {
 		cm := &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Namespace: r.LedgerNamespace, Name: LedgerName,
+			ObjectMeta: metav1.ObjectMeta{Namespace: r.LedgerNamespace, Name: r.LedgerName,
 				Labels: map[string]string{"app.kubernetes.io/name": "kubext", "app.kubernetes.io/component": "reboot-controller"}},
 			Data: map[string]string{ledgerKey: string(data)},
 		}
 		if err := r.Create(ctx, cm); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return apierrors.NewConflict(corev1.Resource("configmaps"), LedgerName, err)
+				return apierrors.NewConflict(corev1.Resource("configmaps"), r.LedgerName, err)
 			}
 			return fmt.Errorf("creating the reboot ledger: %w", err)
 		}

@@ -30,7 +30,7 @@ func rival(t *testing.T, env *testenv.Env, c client.Client) *Reconciler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Reconciler{Client: c, APIReader: c, Kube: kube, Recorder: &events.FakeRecorder{}, Now: time.Now, LedgerNamespace: "default"}
+	r := &Reconciler{Client: c, APIReader: c, Kube: kube, Recorder: &events.FakeRecorder{}, Now: time.Now, LedgerNamespace: "default", LedgerName: DefaultLedgerName}
 	r.init(func() {})
 	return r
 }
@@ -139,7 +139,7 @@ func addLedgerSlot(t *testing.T, node string, sl slot) {
 	t.Helper()
 	eventually(t, "slot written to the ledger", func() (bool, error) {
 		cm := &corev1.ConfigMap{}
-		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: LedgerName}, cm)
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm)
 		if err != nil {
 			return false, err
 		}

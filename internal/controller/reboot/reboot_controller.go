@@ -66,9 +66,10 @@ type Reconciler struct {
 	// DrainBackoff is the first wait after a timed-out drain
 	// (DefaultDrainBackoff when zero).
 	DrainBackoff time.Duration
-	// LedgerNamespace holds the approvals ledger (ledger.go); the
-	// controller's own namespace.
-	LedgerNamespace string
+	// LedgerNamespace and LedgerName say where the approvals ledger
+	// (ledger.go) is: a ConfigMap in the controller's own namespace;
+	// DefaultLedgerName when the name is empty.
+	LedgerNamespace, LedgerName string
 
 	drains *drainer
 	// announced is the last wait reason an Event was emitted for, per node,
@@ -182,6 +183,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.LedgerNamespace == "" {
 		return errors.New("the reboot controller needs the namespace of its approvals ledger")
+	}
+	if r.LedgerName == "" {
+		r.LedgerName = DefaultLedgerName
 	}
 	finished := make(chan event.TypedGenericEvent[client.Object], 64)
 	r.init(func() {
