@@ -221,14 +221,14 @@ $(BIN)/lab:
 
 ##@ Plugin release
 
-# A tag such as v0.2.0 when there is one; else v0.0.0-<commit> (krew wants a
-# semantic version).
-PLUGIN_VERSION ?= $(shell v=$$(git describe --tags --exact-match 2>/dev/null) && echo $$v || echo v0.0.0-$$(git rev-parse --short HEAD))
+# krew wants a semantic version: VERSION when it is one (a tag such as
+# v0.2.0), else v0.0.0-<VERSION>.
+PLUGIN_VERSION ?= $(if $(filter v%,$(VERSION)),$(VERSION),v0.0.0-$(VERSION))
 
 .PHONY: plugin-dist
 plugin-dist: ## Cross-build kubectl-kubext archives (with completion script), sha256sums and a krew manifest into dist/plugin.
 	go run ./hack/plugin-release --version $(PLUGIN_VERSION) --out dist/plugin \
-		--ldflags "-s -w -X github.com/kubext/kubext/internal/version.Version=$(PLUGIN_VERSION) -X github.com/kubext/kubext/internal/version.Revision=$$(git rev-parse HEAD)"
+		--ldflags "-s -w -X $(VERSION_PKG).Version=$(PLUGIN_VERSION) -X $(VERSION_PKG).Revision=$(REVISION)"
 
 ##@ Chart
 

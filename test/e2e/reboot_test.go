@@ -34,7 +34,8 @@ import (
 //     PodDisruptionBudget allows no disruption.
 //   - pool-b: node-8..node-19, maxUnavailable 25% (3). node-19 is NotReady
 //     for another reason before the rollout starts.
-//   - pool-c: node-20, node-21, maxUnavailable 1, no agents.
+//   - pool-c: node-20, node-21, maxUnavailable 1, no agents (a node
+//     deleted while it reboots keeps its slot until the reboot timeout).
 //
 // Two manager replicas run with leader election; the leader is SIGKILLed in
 // the middle of the rollout.
@@ -175,8 +176,18 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 		}
 	}
 
-	// A node deleted while it reboots frees its slot: node-20 has no
-	// agent, so once ordered it would hold pool-c's only slot for good.
+	// A node deleted while it reboots keeps its slot until its group's
+	// reboot timeout (the machine may still be down), then frees it:
+	// node-20 has no agent, so once ordered it would otherwise hold
+	// pool-c's only slot for good.
+	group := &rebootv1.RebootGroup{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "pool-c"}, group); err != nil {
+		t.Fatal(err)
+	}
+	group.Spec.RebootTimeoutSeconds = 30
+	if err := c.Update(ctx, group); err != nil {
+		t.Fatal(err)
+	}
 	patchNode(t, c, "node-20", func(n *corev1.Node) {
 		n.Annotations[rebootv1.AnnotationNeeded] = "true"
 		n.Annotations[rebootv1.AnnotationNeededSince] = time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
@@ -189,13 +200,24 @@ func TestRollingRebootOnTheLab(t *testing.T) {
 	if n := obs.Node("node-21"); n.Annotations[rebootv1.AnnotationInProgress] != "" {
 		t.Fatal("node-21 approved while node-20 holds pool-c's only slot")
 	}
+	approved, err := time.Parse(time.RFC3339, obs.Node("node-20").Annotations[rebootv1.AnnotationInProgress])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-20"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(ctx, t, "node-21 approved once node-20 is gone", time.Minute, func() bool {
+	waitFor(ctx, t, "node-21 approved once node-20's reboot timeout has passed", 90*time.Second, func() bool {
 		n := obs.Node("node-21")
 		return n != nil && n.Annotations[rebootv1.AnnotationInProgress] != ""
 	})
+	got, err := time.Parse(time.RFC3339, obs.Node("node-21").Annotations[rebootv1.AnnotationInProgress])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Sub(approved) < 30*time.Second {
+		t.Fatalf("node-21 approved %s after node-20, before node-20's 30s reboot timeout", got.Sub(approved))
+	}
 }
 
 func labClient(t *testing.T, l *lab.Lab) client.Client {
