@@ -56,6 +56,11 @@ componentsPatches:
   # 126 Redis of two ClusterIP Services each), as in a kubeadm cluster.
   - key: service-cluster-ip-range
     value: 10.96.0.0/16
+  # The lab has no kube-proxy: the API server dials a Service's endpoint
+  # IPs (kubext's webhook, in deployed mode: the manager pod's IP, which
+  # the lab plugs into the root namespace) instead of its ClusterIP.
+  - key: enable-aggregator-routing
+    value: "true"
 {{- if .PodCIDR }}
 - name: kwok-controller
   extraArgs:

@@ -92,6 +92,7 @@ type Lab struct {
 	mu        sync.Mutex // guards processes and podNet
 	processes []*Process
 	podNet    *PodNetwork
+	deployed  *Deployed
 	// podNetStart serialises StartPodNetwork.
 	podNetStart sync.Mutex
 }
@@ -255,8 +256,11 @@ func (l *Lab) save() error {
 func (l *Lab) Down(ctx context.Context) error {
 	var errs []error
 	l.mu.Lock()
-	pn := l.podNet
+	pn, d := l.podNet, l.deployed
 	l.mu.Unlock()
+	if d != nil {
+		d.Stop()
+	}
 	if pn != nil {
 		errs = append(errs, pn.Close())
 	}
