@@ -204,3 +204,6 @@ func killNamespaceProcesses(n *labnet.Network) error {
 	}
 	return errors.Join(errs...)
 }
+
+// PID is the process's ID (in the lab's PID namespace).
+func (p *Process) PID() int { return p.cmd.Process.Pid }

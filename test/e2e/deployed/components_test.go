@@ -2,6 +2,7 @@ package deployed
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,4 +32,44 @@ func TestDeployedComponentsRun(t *testing.T) {
 			g.Expect(hb.Spec.RenewTime.Time).To(BeTemporally(">", time.Now().Add(-5*time.Second)))
 		}
 	}, 2*time.Minute, time.Second).Should(Succeed())
+}
+
+var (
+	ctxBG   = context.Background()
+	getOpts = metav1.GetOptions{}
+)
+
+// Each program runs as its pod's securityContext says, as a container
+// runtime would run it: the manager as the image's non-root user with no
+// capability, the ip-agent as root with only NET_ADMIN and NET_RAW, the
+// reboot-agent as root with only KILL; none may gain privileges.
+func TestDeployedProgramsRunConfined(t *testing.T) {
+	g := NewWithT(t)
+	want := map[string]struct{ uid, capEff string }{
+		"controller-manager": {"65532", "0000000000000000"},
+		"ip-agent":           {"0", "0000000000003000"},
+		"reboot-agent":       {"0", "0000000000000020"},
+	}
+	g.Eventually(func(g Gomega) {
+		running := deployed.Running()
+		g.Expect(running).To(HaveLen(2 + 2*len(theLab.Nodes)))
+		for _, key := range running {
+			container := "agent"
+			if strings.Contains(key, "controller-manager") {
+				container = "manager"
+			}
+			p := deployed.Process(key, container)
+			g.Expect(p).NotTo(BeNil(), key)
+			st, err := programStatus(p.PID())
+			g.Expect(err).NotTo(HaveOccurred(), key)
+			for component, w := range want {
+				if !strings.Contains(key, "-"+component+"-") {
+					continue
+				}
+				g.Expect(strings.Fields(st["Uid"])).To(HaveEach(w.uid), key)
+				g.Expect(st["CapEff"]).To(Equal(w.capEff), key)
+				g.Expect(st["NoNewPrivs"]).To(Equal("1"), key)
+			}
+		}
+	}, time.Minute, time.Second).Should(Succeed())
 }

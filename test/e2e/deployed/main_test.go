@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -66,5 +67,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Printf("deployed: lab up and kubext installed in %s\n", time.Since(start).Round(100*time.Millisecond))
-	return m.Run()
+	code := m.Run()
+	if code != 0 {
+		// Down removes the lab's directory: keep the pods' logs.
+		keep := filepath.Join(os.TempDir(), "kubext-e2e-deployed-logs")
+		_ = os.RemoveAll(keep)
+		if err := os.CopyFS(keep, os.DirFS(filepath.Join(theLab.Dir, "logs"))); err == nil {
+			fmt.Println("deployed: the lab's logs are kept in", keep)
+		}
+	}
+	return code
 }
