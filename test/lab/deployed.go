@@ -763,7 +763,7 @@ func (d *Deployed) envValueFrom(ctx context.Context, cs kubernetes.Interface, po
 		}
 		v, ok := cm.Data[ref.Key]
 		if !ok && !ptr.Deref(ref.Optional, false) {
-			return "", fmt.Errorf("ConfigMap %s has no key %s", ref.Name, ref.Key)
+			return "", fmt.Errorf("the ConfigMap %s has no key %s", ref.Name, ref.Key)
 		}
 		return v, nil
 	case from.SecretKeyRef != nil:
@@ -774,7 +774,7 @@ func (d *Deployed) envValueFrom(ctx context.Context, cs kubernetes.Interface, po
 		}
 		v, ok := s.Data[ref.Key]
 		if !ok && !ptr.Deref(ref.Optional, false) {
-			return "", fmt.Errorf("Secret %s has no key %s", ref.Name, ref.Key)
+			return "", fmt.Errorf("the Secret %s has no key %s", ref.Name, ref.Key)
 		}
 		return string(v), nil
 	}
@@ -1020,4 +1020,94 @@ func (l *Lab) setBootIDFile(node, id string) error {
 		return err
 	}
 	return os.Rename(tmp, l.bootIDFile(node))
+}
+
+// Probe runs the httpGet liveness and readiness probes of every container
+// of the install's running pods once, as a kubelet would (from the node for
+// a hostNetwork pod, at the pod's IP otherwise), and returns what failed by
+// "namespace/name/container liveness|readiness". A probe whose port is not
+// the one the program listens on (a flag and a manifest that disagree)
+// fails here. The lab does not act on probes by itself.
+func (d *Deployed) Probe(ctx context.Context) (map[string]error, error) {
+	pods, err := d.lister()
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	runs := map[types.UID]*podRun{}
+	for uid, r := range d.pods {
+		runs[uid] = r
+	}
+	d.mu.Unlock()
+	failed := map[string]error{}
+	for _, p := range pods {
+		r := runs[p.UID]
+		if r == nil {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			for kind, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+				if probe == nil || probe.HTTPGet == nil {
+					continue
+				}
+				if err := d.probeHTTP(ctx, p, &c, r, probe.HTTPGet); err != nil {
+					failed[r.key+"/"+c.Name+" "+kind] = err
+				}
+			}
+		}
+	}
+	return failed, nil
+}
+
+func (d *Deployed) probeHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Container, r *podRun, get *corev1.HTTPGetAction) error {
+	host := get.Host
+	if host == "" {
+		host = pod.Status.PodIP
+	}
+	port := get.Port.IntValue()
+	if get.Port.StrVal != "" {
+		for _, p := range c.Ports {
+			if p.Name == get.Port.StrVal {
+				port = int(p.ContainerPort)
+			}
+		}
+	}
+	if port == 0 {
+		return fmt.Errorf("no port %q in the container", get.Port.String())
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	var status string
+	ask := func() error {
+		var dialer net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := dialer.DialContext(dctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", get.Path, addr); err != nil {
+			return err
+		}
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		if n == 0 {
+			return err
+		}
+		status, _, _ = strings.Cut(string(buf[:n]), "\r\n")
+		return nil
+	}
+	if pod.Spec.HostNetwork {
+		err := labnet.Do(r.netns, ask)
+		if err != nil {
+			return fmt.Errorf("GET http://%s%s from node %s: %w", addr, get.Path, r.node, err)
+		}
+	} else if err := ask(); err != nil {
+		return fmt.Errorf("GET http://%s%s: %w", addr, get.Path, err)
+	}
+	if f := strings.Fields(status); len(f) < 2 || f[1] < "200" || f[1] >= "400" {
+		return fmt.Errorf("GET http://%s%s: %q", addr, get.Path, status)
+	}
+	return nil
 }

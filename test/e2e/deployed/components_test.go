@@ -32,6 +32,13 @@ func TestDeployedComponentsRun(t *testing.T) {
 			g.Expect(hb.Spec.RenewTime.Time).To(BeTemporally(">", time.Now().Add(-5*time.Second)))
 		}
 	}, 2*time.Minute, time.Second).Should(Succeed())
+	// The manifests' probes reach what the programs serve, where they
+	// serve it.
+	g.Eventually(func(g Gomega) {
+		failed, err := deployed.Probe(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(failed).To(BeEmpty())
+	}, 30*time.Second, time.Second).Should(Succeed())
 }
 
 var (
