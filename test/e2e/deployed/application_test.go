@@ -43,6 +43,7 @@ func waitScheduled(g *WithT, c client.Client, ct *stablev1.CronTab) {
 
 // An application through the deployed manager: a CronTab gets its CronJob.
 func TestDeployedCronTabGetsItsCronJob(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	c := adminClient(t)
 	ct := newCronTab("deployed")
@@ -57,6 +58,7 @@ func TestDeployedCronTabGetsItsCronJob(t *testing.T) {
 // forbidden error for the manager's service account; with the rule back,
 // it is scheduled.
 func TestDeployedManagerNeedsItsRBACRule(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := adminClient(t)

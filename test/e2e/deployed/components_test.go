@@ -16,6 +16,7 @@ import (
 // and an ip-agent and a reboot-agent per node, each renewing what shows it
 // is alive.
 func TestDeployedComponentsRun(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	cs, err := theLab.Clientset()
@@ -51,6 +52,7 @@ var (
 // capability, the ip-agent as root with only NET_ADMIN and NET_RAW, the
 // reboot-agent as root with only KILL; none may gain privileges.
 func TestDeployedProgramsRunConfined(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	want := map[string]struct{ uid, capEff string }{
 		"controller-manager": {"65532", "0000000000000000"},

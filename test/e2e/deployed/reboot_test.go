@@ -23,6 +23,7 @@ import (
 // (SIGRTMIN+5, as --reboot-method=signal does), and the node comes back
 // with a new boot ID, uncordoned, its request answered.
 func TestDeployedRebootThroughTheAgent(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := adminClient(t)

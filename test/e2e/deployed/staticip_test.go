@@ -23,6 +23,7 @@ import (
 // one ran there, die with it). The revived node's agent comes back by
 // itself and stays silent.
 func TestDeployedStaticIPFailsOver(t *testing.T) {
+	needRoot(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := adminClient(t)
