@@ -7,6 +7,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubext/kubext/test/lab"
@@ -80,5 +81,24 @@ func TestDeployedProgramsRunConfined(t *testing.T) {
 				g.Expect(st["NoNewPrivs"]).To(Equal("1"), key)
 			}
 		}
+	}, time.Minute, time.Second).Should(Succeed())
+}
+
+// The API server reaches the manager's pod through its Service, at the
+// pod's own IP (the lab's API server runs with --enable-aggregator-routing,
+// as a webhook call needs without kube-proxy): the metrics endpoint answers
+// the proxied request itself, refusing it for want of a token the manager
+// can review, instead of the API server failing to reach it.
+func TestDeployedAPIServerReachesTheManagerPod(t *testing.T) {
+	needRoot(t)
+	g := NewWithT(t)
+	cs, err := theLab.Clientset()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		_, err := cs.CoreV1().Services(lab.SystemNamespace).
+			ProxyGet("https", "kubext-controller-manager-metrics-service", "8443", "/metrics", nil).DoRaw(ctxBG)
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		g.Expect(err.Error()).NotTo(ContainSubstring("error trying to reach service"))
 	}, time.Minute, time.Second).Should(Succeed())
 }

@@ -2,6 +2,7 @@ package deployed
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -61,6 +63,26 @@ func TestDeployedStaticIPFailsOver(t *testing.T) {
 	g.Eventually(func() (string, error) { return staticip.AskFrom(outside, addr, time.Second) }, 30*time.Second, 100*time.Millisecond).Should(Equal(holder))
 	g.Expect(staticip.SourceSeenByClient(theLab, pods, "default/"+holder)).To(Equal(addr.String()))
 
+	// The manager's replicas are spread by a preferred anti-affinity only:
+	// when both run on the holder's node, killing it leaves no manager to
+	// fail over (until the pods are evicted, minutes later). Move the
+	// address to the standby first then, whose node has no manager.
+	if managersOn(g, holderNode) == 2 {
+		t.Logf("both manager replicas run on %s: moving the address to the standby first", holderNode)
+		cur := get(g)
+		patch := client.RawPatch("application/merge-patch+json",
+			fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, ipv1.AnnotationMoveTo, cur.Status.Standbys[0]))
+		g.Expect(c.Patch(ctx, cur, patch)).To(Succeed())
+		holder, standby = standby, holder
+		g.Eventually(func(g Gomega) {
+			got := get(g)
+			g.Expect(staticip.Ready(got)).To(BeTrue())
+			g.Expect(staticip.PodName(got.Status.Pod)).To(Equal(holder))
+			g.Expect(got.Status.Standbys).To(HaveLen(1))
+			holderNode = got.Status.Node
+		}, time.Minute, 250*time.Millisecond).Should(Succeed())
+		g.Eventually(func() (string, error) { return staticip.AskFrom(outside, addr, time.Second) }, 30*time.Second, 100*time.Millisecond).Should(Equal(holder))
+	}
 	agent := podOf("ip-agent", holderNode)
 	g.Expect(agent).NotTo(BeEmpty())
 	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
@@ -101,4 +123,19 @@ func answersOn(addr netip.Addr) []string {
 		})
 	}
 	return out
+}
+
+// managersOn counts the manager replicas scheduled on node.
+func managersOn(g Gomega, node string) int {
+	cs, err := theLab.Clientset()
+	g.Expect(err).NotTo(HaveOccurred())
+	pods, err := cs.CoreV1().Pods("kubext-system").List(ctxBG, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
+	g.Expect(err).NotTo(HaveOccurred())
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning {
+			n++
+		}
+	}
+	return n
 }
