@@ -120,6 +120,9 @@ type podRun struct {
 	fwd                   *labnet.Forwarder
 	containers            []*containerRun
 	rebootRequest         string
+	// tokens are the pod's bound service-account tokens, refreshed as a
+	// kubelet refreshes them.
+	tokens []*boundToken
 	// gone is set (under Deployed.mu) once the pod's processes are being
 	// torn down: nothing may restart them.
 	gone bool
@@ -385,6 +388,7 @@ func (d *Deployed) reconcile(ctx context.Context) {
 			continue
 		}
 		d.restartExited(r)
+		d.refreshTokens(ctx, r)
 		if r.rebootRequest != "" {
 			if _, err := os.Stat(r.rebootRequest); err == nil {
 				_ = os.Remove(r.rebootRequest)
@@ -898,7 +902,7 @@ func (d *Deployed) volume(ctx context.Context, cs kubernetes.Interface, pod *cor
 		addItems(files, data, vol.Secret.Items)
 	case vol.Projected != nil:
 		for _, src := range vol.Projected.Sources {
-			if err := d.projected(ctx, cs, pod, src, files); err != nil {
+			if err := d.projected(ctx, cs, pod, src, files, dir, r); err != nil {
 				return "", err
 			}
 		}
@@ -939,22 +943,24 @@ func addItems(files map[string][]byte, data map[string]string, items []corev1.Ke
 // projected fills one source of a projected volume: the kube-api-access
 // volume the ServiceAccount admission adds to every pod is a bound token,
 // the kube-root-ca.crt ConfigMap and the namespace.
-func (d *Deployed) projected(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, src corev1.VolumeProjection, files map[string][]byte) error {
+func (d *Deployed) projected(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, src corev1.VolumeProjection, files map[string][]byte, dir string, r *podRun) error {
 	switch {
 	case src.ServiceAccountToken != nil:
 		t := src.ServiceAccountToken
-		req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		bt := &boundToken{path: filepath.Join(dir, t.Path), namespace: pod.Namespace, account: pod.Spec.ServiceAccountName}
+		bt.req = authenticationv1.TokenRequestSpec{
 			ExpirationSeconds: ptr.To(ptr.Deref(t.ExpirationSeconds, 3607)),
 			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-		}}
+		}
 		if t.Audience != "" {
-			req.Spec.Audiences = []string{t.Audience}
+			bt.req.Audiences = []string{t.Audience}
 		}
-		tok, err := cs.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, pod.Spec.ServiceAccountName, req, metav1.CreateOptions{})
+		tok, err := bt.request(ctx, cs)
 		if err != nil {
-			return fmt.Errorf("token of ServiceAccount %s bound to the pod: %w", pod.Spec.ServiceAccountName, err)
+			return err
 		}
-		files[t.Path] = []byte(tok.Status.Token)
+		files[t.Path] = tok
+		r.tokens = append(r.tokens, bt)
 	case src.ConfigMap != nil:
 		data, err := d.refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: src.ConfigMap.LocalObjectReference}, nil)
 		if err != nil {
@@ -1110,4 +1116,48 @@ func (d *Deployed) probeHTTP(ctx context.Context, pod *corev1.Pod, c *corev1.Con
 		return fmt.Errorf("GET http://%s%s: %q", addr, get.Path, status)
 	}
 	return nil
+}
+
+// boundToken is a projected service-account token of a pod.
+type boundToken struct {
+	path, namespace, account string
+	req                      authenticationv1.TokenRequestSpec
+	issued                   time.Time
+	expiry                   time.Duration
+}
+
+// request asks the TokenRequest API for a token bound to the pod.
+func (bt *boundToken) request(ctx context.Context, cs kubernetes.Interface) ([]byte, error) {
+	tok, err := cs.CoreV1().ServiceAccounts(bt.namespace).CreateToken(ctx, bt.account,
+		&authenticationv1.TokenRequest{Spec: bt.req}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token of ServiceAccount %s bound to the pod: %w", bt.account, err)
+	}
+	bt.issued, bt.expiry = time.Now(), tok.Status.ExpirationTimestamp.Sub(time.Now())
+	return []byte(tok.Status.Token), nil
+}
+
+// refreshTokens renews the pod's tokens past 80% of their lifetime, as a
+// kubelet does; client-go in the program rereads the file.
+func (d *Deployed) refreshTokens(ctx context.Context, r *podRun) {
+	for _, bt := range r.tokens {
+		if time.Since(bt.issued) < bt.expiry*4/5 {
+			continue
+		}
+		cs, err := d.lab.Clientset()
+		if err != nil {
+			return
+		}
+		tok, err := bt.request(ctx, cs)
+		if err == nil {
+			// Replaced, not rewritten: a reader never sees half a token.
+			tmp := bt.path + ".new"
+			if err = os.WriteFile(tmp, tok, 0o644); err == nil {
+				err = os.Rename(tmp, bt.path)
+			}
+		}
+		if err != nil {
+			d.lab.log("Deployed: pod %s: refreshing its token: %v", r.key, err)
+		}
+	}
 }
