@@ -1133,7 +1133,7 @@ func (bt *boundToken) request(ctx context.Context, cs kubernetes.Interface) ([]b
 	if err != nil {
 		return nil, fmt.Errorf("token of ServiceAccount %s bound to the pod: %w", bt.account, err)
 	}
-	bt.issued, bt.expiry = time.Now(), tok.Status.ExpirationTimestamp.Sub(time.Now())
+	bt.issued, bt.expiry = time.Now(), time.Until(tok.Status.ExpirationTimestamp.Time)
 	return []byte(tok.Status.Token), nil
 }
 
