@@ -48,6 +48,9 @@ func run(m *testing.M) int {
 		Subnet:  netip.MustParsePrefix("203.0.113.0/24"),
 		Nodes:   3,
 		Network: true,
+		// As a hardened cluster: kubext's namespace must say what its
+		// agents need.
+		PodSecurity: "baseline",
 		Log:     func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) },
 	})
 	if err != nil {
