@@ -112,7 +112,7 @@ func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr, podSecurity
 	var cfg bytes.Buffer
 	data := struct {
 		Version, K8sDir, PodCIDR, AdmissionConfig string
-		SANs                     []string
+		SANs                                      []string
 	}{Version: KubeVersion, K8sDir: l.K8sDir()}
 	if l.PodSubnet.IsValid() {
 		_, rest := podCIDRs(l.PodSubnet, len(l.Nodes))

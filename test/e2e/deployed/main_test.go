@@ -51,7 +51,7 @@ func run(m *testing.M) int {
 		// As a hardened cluster: kubext's namespace must say what its
 		// agents need.
 		PodSecurity: "baseline",
-		Log:     func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) },
+		Log:         func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) },
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "deployed: bringing the lab up:", err)
