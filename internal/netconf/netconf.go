@@ -282,7 +282,11 @@ func openKernel(opts Options, ns netns.NsHandle) (*kernel, error) {
 		return nil, fmt.Errorf("netconf: route netlink socket: %w", err)
 	}
 	k.rt = map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}
-	if k.nft, err = nftables.New(nftables.WithNetNSFd(int(ns))); err != nil {
+	var nftOpts []nftables.ConnOption
+	if ns.IsOpen() {
+		nftOpts = append(nftOpts, nftables.WithNetNSFd(int(ns)))
+	}
+	if k.nft, err = nftables.New(nftOpts...); err != nil {
 		k.close()
 		return nil, fmt.Errorf("netconf: nftables: %w", err)
 	}

@@ -9,12 +9,24 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// openNS opens the namespace at path, or the calling thread's.
+// openNS opens the namespace at path. Without a path it returns
+// netns.None(): the process's own namespace, used without ever entering
+// it. Entering a network namespace (setns), even the one a thread is
+// already in, needs CAP_SYS_ADMIN, which the deployed ip-agent does not
+// have (only NET_ADMIN and NET_RAW).
 func openNS(path string) (netns.NsHandle, error) {
 	if path == "" {
-		return netns.Get()
+		return netns.None(), nil
 	}
 	return netns.GetFromPath(path)
+}
+
+// nsFd is the namespace for nftables: 0 for the process's own.
+func nsFd(ns netns.NsHandle) int {
+	if !ns.IsOpen() {
+		return 0
+	}
+	return int(ns)
 }
 
 // inNetNS runs fn on a new OS thread switched into ns, for what is bound to
@@ -25,6 +37,10 @@ func inNetNS(ns netns.NsHandle, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		if !ns.IsOpen() { // the process's own: nothing to enter
+			errc <- fn()
+			return
+		}
 		if err := netns.Set(ns); err != nil {
 			errc <- fmt.Errorf("enter network namespace: %w", err)
 			return

@@ -489,7 +489,7 @@ func (k *kernel) refreshNATOnce(adm pass) error {
 // own: a Conn keeps messages queued before a failure, and a serialization
 // error, and would send or report them with the next batch.
 func (k *kernel) batch() *nftables.Conn {
-	return &nftables.Conn{NetNS: int(k.ns)}
+	return &nftables.Conn{NetNS: nsFd(k.ns)}
 }
 
 // deleteTable removes kubext's table, if it exists.

@@ -56,6 +56,15 @@ componentsPatches:
   # 126 Redis of two ClusterIP Services each), as in a kubeadm cluster.
   - key: service-cluster-ip-range
     value: 10.96.0.0/16
+  # The lab has no kube-proxy: the API server dials a Service's endpoint
+  # IPs (kubext's webhook, in deployed mode: the manager pod's IP, which
+  # the lab plugs into the root namespace) instead of its ClusterIP.
+  - key: enable-aggregator-routing
+    value: "true"
+{{- if .AdmissionConfig }}
+  - key: admission-control-config-file
+    value: {{ .AdmissionConfig }}
+{{- end }}
 {{- if .PodCIDR }}
 - name: kwok-controller
   extraArgs:
@@ -67,6 +76,24 @@ componentsPatches:
 {{- end }}
 `))
 
+// podSecurityConfig makes the API server enforce a Pod Security level in
+// every namespace that does not choose its own (Options.PodSecurity).
+const podSecurityConfig = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: %[1]q
+      enforce-version: latest
+      warn: %[1]q
+      warn-version: latest
+    exemptions:
+      namespaces: [kube-system]
+`
+
 // K8sDir is where `make tools` puts the control-plane binaries.
 func (l *Lab) K8sDir() string { return filepath.Join(l.BinDir, "k8s-"+KubeVersion) }
 
@@ -76,7 +103,7 @@ func (l *Lab) kwokctl(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
-func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
+func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr, podSecurity string) error {
 	for _, bin := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok", "kwokctl"} {
 		if _, err := os.Stat(filepath.Join(l.K8sDir(), bin)); err != nil {
 			return fmt.Errorf("lab: %s is missing in %s: run `make tools` first", bin, l.K8sDir())
@@ -84,8 +111,8 @@ func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
 	}
 	var cfg bytes.Buffer
 	data := struct {
-		Version, K8sDir, PodCIDR string
-		SANs                     []string
+		Version, K8sDir, PodCIDR, AdmissionConfig string
+		SANs                                      []string
 	}{Version: KubeVersion, K8sDir: l.K8sDir()}
 	if l.PodSubnet.IsValid() {
 		_, rest := podCIDRs(l.PodSubnet, len(l.Nodes))
@@ -93,6 +120,12 @@ func (l *Lab) createCluster(ctx context.Context, gateway netip.Addr) error {
 	}
 	if gateway.IsValid() {
 		data.SANs = []string{gateway.String()}
+	}
+	if podSecurity != "" {
+		data.AdmissionConfig = filepath.Join(l.Dir, "admission.yaml")
+		if err := os.WriteFile(data.AdmissionConfig, fmt.Appendf(nil, podSecurityConfig, podSecurity), 0o644); err != nil {
+			return err
+		}
 	}
 	if err := kwokctlConfig.Execute(&cfg, data); err != nil {
 		return err

@@ -60,6 +60,11 @@ type Options struct {
 	PodSubnet netip.Prefix
 	// CRDDirs are applied once the cluster is up (e.g. config/crd/bases).
 	CRDDirs []string
+	// PodSecurity is the Pod Security Admission level the API server
+	// enforces in namespaces without a pod-security label of their own
+	// (e.g. "baseline", as hardened clusters set it; default: none, the
+	// upstream "privileged"). kube-system stays exempt.
+	PodSecurity string
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -92,6 +97,7 @@ type Lab struct {
 	mu        sync.Mutex // guards processes and podNet
 	processes []*Process
 	podNet    *PodNetwork
+	deployed  *Deployed
 	// podNetStart serialises StartPodNetwork.
 	podNetStart sync.Mutex
 }
@@ -198,7 +204,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 
 	start := time.Now()
 	opts.Log("Starting the control plane (kwokctl, binary runtime, %s, 127.0.0.1)", KubeVersion)
-	if err := l.createCluster(ctx, gateway); err != nil {
+	if err := l.createCluster(ctx, gateway, opts.PodSecurity); err != nil {
 		return l, err
 	}
 	opts.Log("Control plane up in %s", time.Since(start).Round(100*time.Millisecond))
@@ -255,8 +261,11 @@ func (l *Lab) save() error {
 func (l *Lab) Down(ctx context.Context) error {
 	var errs []error
 	l.mu.Lock()
-	pn := l.podNet
+	pn, d := l.podNet, l.deployed
 	l.mu.Unlock()
+	if d != nil {
+		d.Stop()
+	}
 	if pn != nil {
 		errs = append(errs, pn.Close())
 	}

@@ -211,6 +211,14 @@ func (l *Lab) KillNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// In deployed mode, the node's pods die with it, whatever their
+	// network namespace, and none start there until ReviveNode.
+	l.mu.Lock()
+	d := l.deployed
+	l.mu.Unlock()
+	if d != nil {
+		d.nodeDown(name)
+	}
 	for _, p := range l.ProcessesIn(ns) {
 		p.Kill()
 	}
@@ -222,7 +230,8 @@ func (l *Lab) KillNode(ctx context.Context, name string) error {
 
 // ReviveNode undoes KillNode: the node's namespace goes back on the bridge
 // and kwok marks the node Ready again (wait for it with WaitNodeReady). The
-// caller restarts the node's agent.
+// caller restarts the node's agent (in deployed mode the lab starts the
+// node's pods again).
 func (l *Lab) ReviveNode(ctx context.Context, name string) error {
 	if _, err := l.nodeNamespace(name); err != nil {
 		return err
@@ -230,7 +239,16 @@ func (l *Lab) ReviveNode(ctx context.Context, name string) error {
 	if err := l.Net.Restore(name); err != nil {
 		return err
 	}
-	return l.RecoverNode(ctx, name)
+	if err := l.RecoverNode(ctx, name); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	d := l.deployed
+	l.mu.Unlock()
+	if d != nil {
+		d.nodeUp(name)
+	}
+	return nil
 }
 
 func (l *Lab) nodeNamespace(name string) (string, error) {

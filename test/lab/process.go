@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -20,6 +21,9 @@ type Process struct {
 	Name string
 	// Namespace is the network namespace it runs in ("" for the root's).
 	Namespace string
+	// Node is the lab node the process belongs to in deployed mode (a
+	// container of a pod on that node): KillNode kills it ("" for none).
+	Node string
 	// Log is the file that receives the program's output.
 	Log  string
 	cmd  *exec.Cmd
@@ -30,12 +34,6 @@ type Process struct {
 // inside that network namespace. Its output goes to Dir/logs/<name>.log;
 // the lab stops it in StopProcesses and Down.
 func (l *Lab) Start(name, namespace, binary string, args []string, env ...string) (*Process, error) {
-	logPath := filepath.Join(l.Dir, "logs", name+".log")
-	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
 	var cmd *exec.Cmd
 	if namespace == "" {
 		cmd = exec.Command(binary, args...)
@@ -43,10 +41,22 @@ func (l *Lab) Start(name, namespace, binary string, args []string, env ...string
 		cmd = labnet.Command(context.Background(), namespace, binary, args...)
 	}
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group, so that a Ctrl-C meant for the demo reaches
 	// the demo first and the demo stops its children in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return l.run(name, namespace, cmd, &syscall.SysProcAttr{Setpgid: true})
+}
+
+// run starts cmd as a lab process (attr must make it a process group
+// leader: Stop and Kill signal the group).
+func (l *Lab) run(name, namespace string, cmd *exec.Cmd, attr *syscall.SysProcAttr) (*Process, error) {
+	logPath := filepath.Join(l.Dir, "logs", name+".log")
+	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
@@ -180,7 +190,7 @@ func (l *Lab) stopForwarder() error {
 // namespaces really frees them.
 func killNamespaceProcesses(n *labnet.Network) error {
 	var errs []error
-	for _, ns := range append(n.Namespaces(), n.PodNamespaces()...) {
+	for _, ns := range slices.Concat(n.Namespaces(), n.PodNamespaces(), n.SystemPodNamespaces()) {
 		pids, err := labnet.NamespacePIDs(ns)
 		if err != nil {
 			errs = append(errs, err)
@@ -194,3 +204,6 @@ func killNamespaceProcesses(n *labnet.Network) error {
 	}
 	return errors.Join(errs...)
 }
+
+// PID is the process's ID (in the lab's PID namespace).
+func (p *Process) PID() int { return p.cmd.Process.Pid }

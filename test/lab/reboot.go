@@ -220,8 +220,13 @@ func (l *Lab) RebootFor(ctx context.Context, name string, downtime time.Duration
 	}
 	// The kubelet reports the new boot ID when it starts, just before the
 	// node turns Ready.
-	bootID := map[string]any{"nodeInfo": map[string]any{"bootID": string(uuid.NewUUID())}}
+	id := string(uuid.NewUUID())
+	bootID := map[string]any{"nodeInfo": map[string]any{"bootID": id}}
 	if err := l.patchNodeStatus(ctx, name, bootID); err != nil {
+		return err
+	}
+	// What the node's pods read as /proc/sys/kernel/random/boot_id.
+	if err := l.setBootIDFile(name, id); err != nil {
 		return err
 	}
 	if err := l.RecoverNode(ctx, name); err != nil {

@@ -6,6 +6,15 @@
 //	lab forward --listen ADDR --target ADDR [--device BRIDGE]
 //	lab podserver --listen ADDR --reply TEXT
 //	lab reboot [--name NAME | --dir DIR] [--downtime D] NODE
+//	lab install [--name NAME] [--manifest FILE]
+//	lab sandbox SPEC
+//	lab sandbox-exec SPEC
+//
+// install applies kubext's install manifest (default: config/default
+// rendered by kubectl kustomize) to a lab that is up and runs kubext's own
+// pods as processes until interrupted (deployed mode; see lab.Install).
+// sandbox and sandbox-exec are the pod init and container entry that
+// deployed mode runs for each container.
 //
 // podserver is the lab's stand-in for a pod's workload: started inside a pod
 // network namespace, it answers every TCP connection with TEXT and a newline.
@@ -51,6 +60,17 @@ func main() {
 		err = podserver(ctx, os.Args[2:])
 	case "reboot":
 		err = reboot(ctx, os.Args[2:])
+	case "install":
+		err = install(ctx, os.Args[2:])
+	case "sandbox", "sandbox-exec":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		if os.Args[1] == "sandbox" {
+			err = lab.RunSandbox(os.Args[2])
+		} else {
+			err = lab.ExecSandbox(os.Args[2])
+		}
 	default:
 		usage()
 	}
@@ -61,7 +81,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward|podserver|reboot [flags]")
+	fmt.Fprintln(os.Stderr, "usage: lab up|down|forward|podserver|reboot|install|sandbox|sandbox-exec [flags]")
 	os.Exit(2)
 }
 
@@ -135,6 +155,30 @@ func down(ctx context.Context, args []string) error {
 		return err
 	}
 	logf("Lab %q removed", *name)
+	return nil
+}
+
+func install(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("install", flag.ExitOnError)
+	name := fs.String("name", "kubext", "lab name")
+	manifest := fs.String("manifest", "", "install manifest, e.g. dist/install.yaml (default: config/default rendered with kubectl kustomize)")
+	_ = fs.Parse(args)
+	root, err := lab.RepoRoot()
+	if err != nil {
+		return err
+	}
+	l, err := lab.Load(filepath.Join(root, ".lab", *name))
+	if err != nil {
+		return fmt.Errorf("no lab %q is up: %w", *name, err)
+	}
+	l.SetLog(logf)
+	d, err := l.Install(ctx, lab.InstallOptions{Manifest: *manifest})
+	if err != nil {
+		return err
+	}
+	logf("kubext is installed; its pods run as processes until interrupted (logs in %s)", filepath.Join(l.Dir, "logs"))
+	<-ctx.Done()
+	d.Stop()
 	return nil
 }
 
