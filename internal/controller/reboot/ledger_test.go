@@ -160,7 +160,8 @@ func addLedgerSlot(t *testing.T, node string, sl slot) {
 
 // A grant whose node patch never landed is completed while the node is as
 // it was granted, and dropped once the node changed (the granting patch can
-// then never land): the slot is neither lost nor leaked.
+// then never land): the slot is neither lost nor leaked. (Both grants here
+// are for nodes that do not ask, as a forged or stray entry would be.)
 func TestLedgerRepairsGrantsWithoutTheirNodePatch(t *testing.T) {
 	g := makeGroup(t, "repair", intstr.FromInt32(1), nil)
 	makeNode(t, g.Name, "repair-0", nil)
@@ -178,11 +179,16 @@ func TestLedgerRepairsGrantsWithoutTheirNodePatch(t *testing.T) {
 	eventually(t, "the grant completed on repair-1", func() (bool, error) {
 		return getNode(t, "repair-1").Annotations[rebootv1.AnnotationInProgress] == grantedAt, nil
 	})
-	eventually(t, "repair-1's reboot finished and its slot given back", func() (bool, error) {
+	// repair-1 never asked: the completed approval is then withdrawn like
+	// any approval whose request is gone, and its slot given back.
+	eventually(t, "the stray approval withdrawn and its slot given back", func() (bool, error) {
 		slots, err := ledgerSlots(context.Background())
 		_, held := slots["repair-1"]
-		return protocolDone(getNode(t, "repair-1")) && !held, err
+		n := getNode(t, "repair-1")
+		_, approved := n.Annotations[rebootv1.AnnotationInProgress]
+		return !approved && !n.Spec.Unschedulable && !held, err
 	})
+	eventually(t, "an Event says so", hasEvent(t, "repair-1", EventCancelled, "withdrawn"))
 
 	// A grant decided from a version the node no longer has: dropped, and
 	// the node is not approved for it (it does not even ask).
