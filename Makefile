@@ -101,8 +101,8 @@ lab-down: $(BIN)/lab ## Remove the lab and everything it created.
 	$(BIN)/lab down --name $(LAB_NAME)
 
 .PHONY: demo
-demo: tools build ## Bring up the lab, run the manager and agents, walk through each operator.
-	go run ./test/demo
+demo: tools build build-installer ## Bring up the lab, install kubext from dist/install.yaml as a user would, walk through each operator.
+	DEMO_MANIFEST=$(DIST)/install.yaml go run ./test/demo
 
 ##@ Benchmarks (results in docs/benchmarks.md)
 

@@ -22,6 +22,10 @@ type demo struct {
 	lab        *lab.Lab
 	root       string
 	metricsURL string
+	// deployed is kubext installed from the installer, its pods (manager
+	// replicas, ip-agents, reboot-agents) run by the lab; nil when the
+	// demo runs without root, with the manager and agents as processes.
+	deployed *lab.Deployed
 }
 
 // scenario is one operator's walk-through.
@@ -110,8 +114,25 @@ func run(ctx context.Context) (err error) {
 	return nil
 }
 
-// startManager runs the manager against the lab.
+// startManager installs kubext as a user would: server-side apply of the
+// installer (DEMO_MANIFEST, dist/install.yaml from `make
+// build-installer`), whose pods the lab then runs under their own
+// ServiceAccounts. Without root (no namespaces to run pods in) it runs the
+// manager as a local process instead.
 func (d *demo) startManager(ctx context.Context) error {
+	if manifest := os.Getenv("DEMO_MANIFEST"); manifest != "" && d.lab.Net != nil {
+		step("Installing kubext: kubectl apply --server-side -f %s", manifest)
+		var err error
+		if d.deployed, err = d.lab.Install(ctx, lab.InstallOptions{Manifest: manifest}); err != nil {
+			return err
+		}
+		say("Installed into %s; the lab runs its pods (the manager's replicas and one ip-agent and reboot-agent per node)", d.deployed.Namespace)
+		say("as processes with the pods' own command, arguments, environment and ServiceAccount tokens")
+		if out, err := d.lab.Kubectl(ctx, "get", "pods", "-n", d.deployed.Namespace, "-o", "wide"); err == nil {
+			fmt.Print(indent(string(out)))
+		}
+		return nil
+	}
 	step("Starting the manager (all controllers, leader election on)")
 	m, err := d.lab.StartManager(ctx, "manager")
 	if err != nil {

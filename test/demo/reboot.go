@@ -23,10 +23,14 @@ import (
 // the rolling reboot followed live until every node is back and uncordoned.
 func rebootScenario(ctx context.Context, d *demo) error {
 	k := &labKubectl{ctx: ctx, d: d}
-	say("Starting a reboot agent for each node (its reboot: the lab's simulated one, 2 s down)")
-	for _, node := range d.lab.Nodes {
-		if _, err := d.lab.StartRebootAgent(ctx, node, d.lab.RebootCommandArgs(node, 2*time.Second)...); err != nil {
-			return err
+	if d.deployed != nil {
+		say("The installer's reboot-agent DaemonSet runs one agent per node; its reboot signal reaches the lab, which reboots the simulated node")
+	} else {
+		say("Starting a reboot agent for each node (its reboot: the lab's simulated one, 2 s down)")
+		for _, node := range d.lab.Nodes {
+			if _, err := d.lab.StartRebootAgent(ctx, node, d.lab.RebootCommandArgs(node, 2*time.Second)...); err != nil {
+				return err
+			}
 		}
 	}
 	if err := k.show("apply", "-f", filepath.Join(d.root, "config", "samples", "reboot_v1alpha1_rebootgroup.yaml")); err != nil {

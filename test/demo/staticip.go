@@ -27,10 +27,14 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	if err != nil {
 		return err
 	}
-	say("Starting one ip-agent per node, inside each node's network namespace")
-	for _, n := range d.lab.Nodes {
-		if _, err := d.lab.StartIPAgent(ctx, n); err != nil {
-			return err
+	if d.deployed != nil {
+		say("The installer's ip-agent DaemonSet runs one agent per node, in each node's network namespace")
+	} else {
+		say("Starting one ip-agent per node, inside each node's network namespace")
+		for _, n := range d.lab.Nodes {
+			if _, err := d.lab.StartIPAgent(ctx, n); err != nil {
+				return err
+			}
 		}
 	}
 	pods, err := d.lab.StartPodNetwork(ctx)
@@ -100,8 +104,10 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	if err := d.lab.ReviveNode(ctx, dead); err != nil {
 		return err
 	}
-	if _, err := d.lab.StartIPAgent(ctx, dead); err != nil {
-		return err
+	if d.deployed == nil { // deployed, the lab restarts the node's pods itself
+		if _, err := d.lab.StartIPAgent(ctx, dead); err != nil {
+			return err
+		}
 	}
 	time.Sleep(2 * time.Second)
 	reply, err = staticip.AskFrom(d.lab.Net.ClientNamespace(), addr, time.Second)

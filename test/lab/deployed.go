@@ -887,7 +887,12 @@ func (d *Deployed) volume(ctx context.Context, cs kubernetes.Interface, pod *cor
 	case vol.HostPath != nil:
 		return d.lab.hostPath(r.node, vol.HostPath.Path)
 	case vol.EmptyDir != nil:
-		return dir, os.MkdirAll(dir, 0o777)
+		// World-writable as the kubelet makes it (0777, not reduced by the
+		// umask): a non-root container writes there.
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return "", err
+		}
+		return dir, os.Chmod(dir, 0o777)
 	case vol.ConfigMap != nil:
 		data, err := d.refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: vol.ConfigMap.LocalObjectReference}, nil)
 		if err != nil {
