@@ -142,6 +142,20 @@ func (d *Double) AddInstance(subnets ...string) (string, []string) {
 	return inst, ids
 }
 
+// AddInstanceAt adds an instance with one ENI in subnetID whose primary IP
+// is primary (a lab node's own address), and returns the instance ID and
+// the ENI ID.
+func (d *Double) AddInstanceAt(subnetID, primary string) (string, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inst := d.id("i")
+	s := d.subnets[subnetID]
+	e := &eni{id: d.id("eni"), subnet: subnetID, vpc: s.vpc, instance: inst, ips: []privateIP{{addr: primary, primary: true}}}
+	d.enis[e.id] = e
+	d.instances[inst] = []string{e.id}
+	return inst, e.id
+}
+
 // AddENI adds an unattached ENI in a subnet (e.g. another workload's), with
 // primary IP primary (a free one when empty).
 func (d *Double) AddENI(subnetID, primary string) string {
