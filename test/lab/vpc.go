@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -53,6 +56,7 @@ type VPC struct {
 
 	mu       sync.Mutex
 	routes   map[netip.Addr]string // address -> ENI, as last programmed ("" = none)
+	nat      map[netip.Addr]netip.Addr // Elastic IP -> private IP, as last programmed
 	lastErr  error
 	stopOnce sync.Once
 }
@@ -65,6 +69,13 @@ type VPCOptions struct {
 	// Latency delays every EC2 call (a benchmark's stand-in for EC2's own
 	// latency).
 	Latency time.Duration
+	// PublicPool and PublicRange make a BYOIP pool of Elastic IPs
+	// (optional). The client reaches an associated Elastic IP through a
+	// 1:1 NAT to its private IP, as through an internet gateway, and sees
+	// the private IP's traffic as coming from the Elastic IP. PublicRange
+	// must not be on the client's link.
+	PublicPool  string
+	PublicRange netip.Prefix
 }
 
 // deadMAC is where an address no ENI holds is sent: no node has it.
@@ -84,7 +95,25 @@ func (l *Lab) StartVPC(ctx context.Context, o VPCOptions) (*VPC, error) {
 	d.Latency = o.Latency
 	d.IPLimit = 50
 	v := &VPC{EC2: d, Instances: map[string]string{}, ENIs: map[string]string{}, lab: l, addresses: o.Addresses,
-		macs: map[string]net.HardwareAddr{}, routes: map[netip.Addr]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+		macs: map[string]net.HardwareAddr{}, routes: map[netip.Addr]string{}, nat: map[netip.Addr]netip.Addr{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if o.PublicPool != "" {
+		if o.PublicRange.Overlaps(l.Net.Subnet) {
+			return nil, fmt.Errorf("lab: VPC public range %s is on the lab subnet %s", o.PublicRange, l.Net.Subnet)
+		}
+		d.AddPool(o.PublicPool, o.PublicRange.String())
+		// The client's way to the Elastic IPs is its gateway, as to the
+		// internet; the NAT then sends each to its private IP. The route
+		// also overrides a lab route that makes the range unreachable
+		// (the pod subnet's), which would refuse the connection before
+		// the NAT sees it.
+		gw := l.Net.Gateway()
+		err := labnet.Do(l.Net.ClientNamespace(), func() error {
+			return netlink.RouteReplace(&netlink.Route{Dst: prefixNet(o.PublicRange), Gw: gw.AsSlice()})
+		})
+		if err != nil {
+			return nil, fmt.Errorf("lab: routing %s in the client namespace: %w", o.PublicRange, err)
+		}
+	}
 	subnet := d.AddSubnet("vpc-lab", l.Net.Subnet.String())
 	// Addresses of the lab that are no node's: EC2 must never hand them
 	// out as secondary private IPs.
@@ -134,7 +163,7 @@ func (v *VPC) Stop() error {
 			for a := range v.routes {
 				_ = netlink.NeighDel(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: unix.AF_INET, IP: a.AsSlice()})
 			}
-			return nil
+			return programNAT(nil)
 		}))
 	})
 	return err
@@ -191,22 +220,44 @@ func (v *VPC) follow() {
 // sync points the client's neighbour entry of every address at the node
 // whose ENI holds it in EC2, or at no node.
 func (v *VPC) sync() error {
+	holder := func(a netip.Addr) string {
+		if hs := v.EC2.Holders(a.String()); len(hs) == 1 {
+			return hs[0]
+		}
+		return ""
+	}
 	want := map[netip.Addr]string{}
 	for a := v.addresses.Masked().Addr(); v.addresses.Contains(a); a = a.Next() {
-		hs := v.EC2.Holders(a.String())
-		eni := ""
-		if len(hs) == 1 {
-			eni = hs[0]
+		want[a] = holder(a)
+	}
+	nat := map[netip.Addr]netip.Addr{}
+	for pub, priv := range v.EC2.Associations() {
+		p, perr := netip.ParseAddr(pub)
+		q, qerr := netip.ParseAddr(priv)
+		if perr == nil && qerr == nil {
+			nat[p] = q
+			want[q] = holder(q)
 		}
-		want[a] = eni
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	changed := map[netip.Addr]string{}
+	for a := range v.routes {
+		if _, ok := want[a]; !ok {
+			// A private IP of a former association: no node gets it.
+			want[a] = ""
+		}
+	}
 	for a, eni := range want {
 		if cur, ok := v.routes[a]; !ok || cur != eni {
 			changed[a] = eni
 		}
+	}
+	if !maps.Equal(nat, v.nat) {
+		if err := labnet.Do(v.lab.Net.ClientNamespace(), func() error { return programNAT(nat) }); err != nil {
+			return fmt.Errorf("the client's 1:1 NAT: %w", err)
+		}
+		v.nat = nat
 	}
 	if len(changed) == 0 {
 		return nil
@@ -242,4 +293,50 @@ func eth0MAC(namespace string) (net.HardwareAddr, error) {
 		return nil
 	})
 	return mac, err
+}
+
+// natTable is the client namespace's nftables table of the 1:1 NAT.
+const natTable = "kxvpc"
+
+// programNAT replaces the calling namespace's 1:1 NAT (run inside the
+// client's namespace) in one transaction: traffic the client sends to an
+// Elastic IP goes to its private IP, and traffic from the private IP
+// reaches the client from the Elastic IP, as through an internet gateway.
+// Nil or empty removes it.
+func programNAT(nat map[netip.Addr]netip.Addr) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Name: natTable, Family: nftables.TableFamilyIPv4}
+	// Adding then deleting makes the delete succeed when there is no
+	// table yet; the batch is one transaction.
+	c.AddTable(t)
+	c.DelTable(t)
+	if len(nat) > 0 {
+		c.AddTable(t)
+		dstnat, srcnat := nftables.ChainPriorityNATDest, nftables.ChainPriorityNATSource
+		out := c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookOutput, Priority: dstnat})
+		in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeNAT, Hooknum: nftables.ChainHookInput, Priority: srcnat})
+		for pub, priv := range nat {
+			c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: natRule(16, pub, priv, expr.NATTypeDestNAT)})
+			c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: natRule(12, priv, pub, expr.NATTypeSourceNAT)})
+		}
+	}
+	return c.Flush()
+}
+
+// natRule matches the IPv4 header's address at offset (12 source, 16
+// destination) against match and translates it to to.
+func natRule(offset uint32, match, to netip.Addr, kind expr.NATType) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: match.AsSlice()},
+		&expr.Immediate{Register: 1, Data: to.AsSlice()},
+		&expr.NAT{Type: kind, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+	}
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

@@ -277,6 +277,20 @@ func (d *Double) EIP(public string) (alloc, eniID, priv string, ok bool) {
 	return "", "", "", false
 }
 
+// Associations returns the private IP each associated Elastic IP is
+// associated with, by public address.
+func (d *Double) Associations() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]string{}
+	for _, e := range d.eips {
+		if e.assoc != "" {
+			out[e.public] = e.priv
+		}
+	}
+	return out
+}
+
 // begin counts a call, waits Latency and returns an injected error, if any;
 // when it returns nil, d.mu is held for the call.
 func (d *Double) begin(ctx context.Context, action string) error {
