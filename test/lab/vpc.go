@@ -55,7 +55,7 @@ type VPC struct {
 	done      chan struct{}
 
 	mu       sync.Mutex
-	routes   map[netip.Addr]string // address -> ENI, as last programmed ("" = none)
+	routes   map[netip.Addr]string     // address -> ENI, as last programmed ("" = none)
 	nat      map[netip.Addr]netip.Addr // Elastic IP -> private IP, as last programmed
 	lastErr  error
 	stopOnce sync.Once
