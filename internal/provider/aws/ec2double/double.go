@@ -223,6 +223,18 @@ func (d *Double) Calls(action string) int {
 	return d.calls[action]
 }
 
+// TotalCalls returns how many calls were made, of every action, failed
+// ones included.
+func (d *Double) TotalCalls() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.calls {
+		n += c
+	}
+	return n
+}
+
 // Mutating returns how many mutating calls were made, failed ones included.
 func (d *Double) Mutating() int {
 	d.mu.Lock()
