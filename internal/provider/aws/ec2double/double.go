@@ -83,6 +83,8 @@ type Double struct {
 	next      int
 	calls     map[string]int
 	faults    map[string][]error
+	// started are the start times of the calls, for CallsBetween.
+	started []time.Time
 
 	// EIPQuota is the number of Elastic IPs the account may hold (default 5,
 	// EC2's default per region).
@@ -223,6 +225,23 @@ func (d *Double) Calls(action string) int {
 	return d.calls[action]
 }
 
+// maxStarted bounds the call start times kept.
+const maxStarted = 1 << 16
+
+// CallsBetween returns how many calls started at or after from and, with
+// Latency, returned by to: the calls a caller waited for in that window.
+func (d *Double) CallsBetween(from, to time.Time) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, t := range d.started {
+		if !t.Before(from) && !t.Add(d.Latency).After(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // TotalCalls returns how many calls were made, of every action, failed
 // ones included.
 func (d *Double) TotalCalls() int {
@@ -308,6 +327,9 @@ func (d *Double) Associations() map[string]string {
 func (d *Double) begin(ctx context.Context, action string) error {
 	d.mu.Lock()
 	d.calls[action]++
+	if len(d.started) < maxStarted {
+		d.started = append(d.started, time.Now())
+	}
 	var err error
 	if q := d.faults[action]; len(q) > 0 {
 		err, d.faults[action] = q[0], q[1:]
