@@ -251,7 +251,8 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			return nil, fmt.Errorf("trial %d: %w", i+1, err)
 		}
 		downtimes = append(downtimes, down.Seconds())
-		fmt.Printf("trial %2d: killed %s (holder %s): %s answered after %.2f s of silence\n", i+1, node, holder, by, down.Seconds())
+		fmt.Printf("trial %2d: killed %s at %s (holder %s): %s answered after %.2f s of silence\n", i+1, node,
+			killed.UTC().Format("15:04:05.000"), holder, by, down.Seconds())
 		if b.vpc != nil {
 			// Count up to the IP being Ready on the new node: the move's
 			// calls and its verification.
@@ -285,6 +286,7 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 		if err := b.lab.ReviveNode(ctx, node); err != nil {
 			return nil, err
 		}
+		fmt.Printf("          revived %s at %s\n", node, time.Now().UTC().Format("15:04:05.000"))
 		if _, err := b.lab.StartIPAgent(ctx, node, b.agents...); err != nil {
 			return nil, err
 		}
