@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -155,6 +156,10 @@ func TestAWSUserElasticIPAndRestartReuse(t *testing.T) {
 	f.awsPool(pool, "198.51.100.136/29", true)
 	const addr = "198.51.100.138"
 	userAlloc := ec2d.AddEIP(addr, awsPublicPool, nil)
+	// The user releases it when done (so that -count=N starts afresh).
+	t.Cleanup(func() {
+		_, _ = ec2d.ReleaseAddress(context.Background(), &ec2.ReleaseAddressInput{AllocationId: &userAlloc})
+	})
 	n1, eni1 := f.awsNode(f.name("a"))
 	startAgent(t, n1)
 	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool, Address: addr}})
