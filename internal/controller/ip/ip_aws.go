@@ -50,8 +50,9 @@ type awsState struct {
 }
 
 type verifiedPlacement struct {
-	node, eni string
-	at        time.Time
+	// status is status.aws as verified.
+	status ipv1.AWSStatus
+	at     time.Time
 }
 
 func (s *awsState) init() {
@@ -124,7 +125,11 @@ type ec2Failure struct{ reason, message string }
 // Nil when EC2 shows the address routed to node.
 func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *ec2Failure {
 	st := ip.Status.AWS
-	if st.Node == node && r.recentlyVerified(ip.Name, node, st.NetworkInterfaceID) {
+	if v, ok := r.recentlyVerified(ip.Name, node); ok {
+		// Verified by this manager a moment ago; a reconcile that read
+		// the IP before that status write landed takes it from memory
+		// rather than asking EC2 again.
+		*st = v
 		return nil
 	}
 	addr, err := awsAddress(ip)
@@ -150,7 +155,7 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	moved := st.Node != node
 	st.Node = node
 	r.aws.mu.Lock()
-	r.aws.verified[ip.Name] = verifiedPlacement{node: node, eni: st.NetworkInterfaceID, at: r.now()}
+	r.aws.verified[ip.Name] = verifiedPlacement{status: *st, at: r.now()}
 	r.aws.mu.Unlock()
 	ec2Seconds.Observe(time.Since(start).Seconds())
 	if moved {
@@ -282,11 +287,16 @@ func (r *Reconciler) forgetTarget(n *corev1.Node, addr awsprov.Address) {
 	r.aws.mu.Unlock()
 }
 
-func (r *Reconciler) recentlyVerified(ip, node, eni string) bool {
+// recentlyVerified returns status.aws as this manager verified it with
+// EC2 on node less than ec2Reverify ago, if it did.
+func (r *Reconciler) recentlyVerified(ip, node string) (ipv1.AWSStatus, bool) {
 	r.aws.mu.Lock()
 	defer r.aws.mu.Unlock()
 	v, ok := r.aws.verified[ip]
-	return ok && v.node == node && v.eni == eni && r.now().Sub(v.at) < ec2Reverify
+	if !ok || v.status.Node != node || r.now().Sub(v.at) >= ec2Reverify {
+		return ipv1.AWSStatus{}, false
+	}
+	return v.status, true
 }
 
 func (r *Reconciler) forgetVerified(ip string) {
