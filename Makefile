@@ -115,8 +115,8 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 	go run ./test/bench/apps
 
 .PHONY: bench-failover
-bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency. Needs root.
-	go run ./test/bench/failover
+bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
+	go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
 ##@ Build
 

@@ -35,9 +35,13 @@ type options struct {
 	// pulsarConsumerImage is what PulsarConsumers run unless their spec
 	// names an image.
 	pulsarConsumerImage string
+
+	// aws configures the aws provider of static IPs (see aws.go).
+	aws awsOptions
 }
 
 func (o *options) bindFlags(fs *flag.FlagSet) {
+	o.aws.bindFlags(fs)
 	fs.StringVar(&o.pulsarConsumerImage, "pulsar-consumer-image", pulsarconsumer.DefaultImage(),
 		"Image the PulsarConsumers' pods run /pulsar-consumer from, unless their spec.image says otherwise. Pin a tag or digest.")
 	fs.StringVar(&o.heartbeatNamespace, "heartbeat-namespace", "kubext-system",
@@ -70,18 +74,27 @@ var controllers = []controller{
 }
 
 func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
-	return (&ipcontroller.Reconciler{
+	r := &ipcontroller.Reconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("ip-controller"),
 		Health:          heartbeat.NewTracker(ipcontroller.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
 		DeleteStalePods: o.ipDeleteStalePods,
-	}).SetupWithManager(ctx, mgr)
+	}
+	aws, err := o.aws.provider(ctx)
+	if err != nil {
+		return err
+	}
+	if aws != nil {
+		r.AWS = aws
+	}
+	return r.SetupWithManager(ctx, mgr)
 }
 
-func setupIPPool(_ context.Context, mgr ctrl.Manager, _ *options) error {
+func setupIPPool(_ context.Context, mgr ctrl.Manager, o *options) error {
 	return (&ippool.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("ippool-controller"),
+		AWS:      o.aws.enabled,
 	}).SetupWithManager(mgr)
 }
 

@@ -111,7 +111,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	applyCtx, held, done := r.startPass(ctx)
 	defer done()
-	desired, claimErr := r.claim(ctx, ips, held)
+	desired, pending, claimErr := r.claim(ctx, ips, held)
 	report, err := r.Dataplane.Apply(applyCtx, values(desired))
 	if err != nil && !errors.Is(err, netconf.ErrHoldEnding) {
 		log.Error(err, "Programming the node failed")
@@ -121,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("reading back what is programmed: %w", err)
 	}
-	if err := r.report(ctx, ips, desired, programmed); err != nil {
+	if err := r.report(ctx, ips, desired, pending, programmed); err != nil {
 		return ctrl.Result{}, err
 	}
 	if claimErr != nil {

@@ -13,10 +13,15 @@ import (
 // claim decides what the node must program, keyed by IP name: the IPs
 // placed here whose holder can be attached, each claimed first (see the
 // package comment). An IP whose claim did not succeed is not programmed.
-func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (map[string]netconf.Assignment, error) {
-	desired := map[string]netconf.Assignment{}
+//
+// pending are the IPs claimed here that have nothing to program yet: an
+// Elastic IP (aws public mode) reaches the node at the secondary private
+// IP that EC2 associates it with, which the controller records in
+// status.aws only once EC2 routes it to this node.
+func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desired map[string]netconf.Assignment, pending map[string]bool, _ error) {
+	desired, pending = map[string]netconf.Assignment{}, map[string]bool{}
 	if !held {
-		return desired, nil
+		return desired, pending, nil
 	}
 	var errs []error
 	for _, ip := range ips {
@@ -39,9 +44,36 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (map[
 				continue
 			}
 		}
-		desired[ip.Name] = a
+		if a, ok = r.routedHere(ip, a); ok {
+			desired[ip.Name] = a
+		} else {
+			pending[ip.Name] = true
+		}
 	}
-	return desired, errors.Join(errs...)
+	return desired, pending, errors.Join(errs...)
+}
+
+// routedHere adapts a to an IP of an aws pool. Such an address is never
+// announced: EC2 routes it to the ENI that holds it, and ARP changes
+// nothing in a VPC. In public mode what reaches the node is the Elastic
+// IP's private IP (EC2's 1:1 NAT), so that is the address programmed,
+// once the controller has recorded that EC2 routes it to this node; false
+// until then.
+func (r *Reconciler) routedHere(ip *ipv1.IP, a netconf.Assignment) (netconf.Assignment, bool) {
+	st := ip.Status.AWS
+	if st == nil {
+		return a, true
+	}
+	a.NoAnnounce = true
+	if st.PublicIPv4Pool == "" {
+		return a, true
+	}
+	priv, err := netip.ParseAddr(st.PrivateIP)
+	if err != nil || st.Node != r.Node || priv.Is4() != a.Address.Is4() {
+		return a, false
+	}
+	a.Address = priv
+	return a, true
 }
 
 // placedHere: the IP is on this node, not going away, and no other node
@@ -72,7 +104,7 @@ func viewOf(programmed []netconf.Assignment) kernelView {
 // report brings attachedNode and attachedPod of this node's IPs in line
 // with what the kernel has (programmed, read back after Apply). It writes
 // nothing when they already are.
-func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[string]netconf.Assignment, programmed []netconf.Assignment) error {
+func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[string]netconf.Assignment, pending map[string]bool, programmed []netconf.Assignment) error {
 	kernel := viewOf(programmed)
 	for _, ip := range ips {
 		if ip.Status.AttachedNode != r.Node {
@@ -80,11 +112,12 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		}
 		node, pod := r.Node, ""
 		a, want := desired[ip.Name]
-		addr, _ := netip.ParseAddr(ip.Status.Address)
 		switch {
 		case want && kernel.forwarding[a.Address] == a.PodIP:
 			pod = ip.Status.Pod
-		case !want && !kernel.present[addr]:
+		case pending[ip.Name]:
+			// Claimed, waiting for EC2: keep the claim.
+		case !want && released(ip, kernel, desired):
 			node = "" // released: nothing of it is left
 		}
 		if ip.Status.AttachedNode == node && ip.Status.AttachedPod == pod {
@@ -95,4 +128,25 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		}
 	}
 	return nil
+}
+
+// released reports whether nothing of ip is left in the kernel. For an
+// Elastic IP the address programmed was a private IP that status may no
+// longer name (it moved on): released only once the kernel holds no
+// address that is not desired, which the Apply before has removed.
+func released(ip *ipv1.IP, kernel kernelView, desired map[string]netconf.Assignment) bool {
+	if ip.Status.AWS != nil && ip.Status.AWS.PublicIPv4Pool != "" {
+		wanted := map[netip.Addr]bool{}
+		for _, a := range desired {
+			wanted[a.Address] = true
+		}
+		for addr := range kernel.present {
+			if !wanted[addr] {
+				return false
+			}
+		}
+		return true
+	}
+	addr, _ := netip.ParseAddr(ip.Status.Address)
+	return !kernel.present[addr]
 }

@@ -216,7 +216,7 @@ func (d *fakeDataplane) checkClaimed(ctx context.Context, desired []netconf.Assi
 	for _, a := range desired {
 		found, claimed := false, false
 		for _, ip := range ips.Items {
-			if ip.Status.Address == a.Address.String() {
+			if programmedAddr(&ip) == a.Address.String() {
 				found = true
 				claimed = claimed || ip.Status.AttachedNode == d.node
 			}
@@ -254,7 +254,7 @@ func (s checkedStatus) Patch(ctx context.Context, obj client.Object, patch clien
 // the address to that pod, and a release only once the kernel has nothing
 // of the address.
 func (d *fakeDataplane) checkAttachedPod(ctx context.Context, ip *ipv1.IP) {
-	addr, _ := netip.ParseAddr(ip.Status.Address)
+	addr, _ := netip.ParseAddr(programmedAddr(ip))
 	have, present := d.programmed(addr), d.present(addr)
 	switch {
 	case ip.Status.AttachedNode == "" && present:
@@ -349,4 +349,14 @@ func (d *fakeDataplane) misbehave(t *testing.T, start, stop func()) func() {
 	}
 	t.Cleanup(undo)
 	return undo
+}
+
+// programmedAddr is the address the node programs for ip: status.address,
+// or for an Elastic IP (aws public mode) the private IP EC2 associates it
+// with.
+func programmedAddr(ip *ipv1.IP) string {
+	if st := ip.Status.AWS; st != nil && st.PublicIPv4Pool != "" {
+		return st.PrivateIP
+	}
+	return ip.Status.Address
 }

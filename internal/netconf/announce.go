@@ -193,6 +193,11 @@ func (d *Dataplane) announce(adm pass, p *plan) {
 	desired := map[netip.Addr]bool{}
 	for _, t := range slices.Concat(p.added, p.updated, p.unchanged) {
 		desired[t.Address] = !p.dropped[t.Address]
+		if t.NoAnnounce {
+			// Announced before it became so: stop the repeats.
+			d.stopAnnouncing(t.Address)
+			delete(d.unannounced, t.Address)
+		}
 	}
 	for a := range d.unannounced {
 		if !desired[a] {

@@ -530,3 +530,33 @@ func TestAddressLifetimeIsADeadMansSwitch(t *testing.T) {
 		return left, err
 	}, 10*time.Second, 200*time.Millisecond).Should(gomega.BeEmpty())
 }
+
+// An address the fabric routes (an EC2 VPC sends a secondary private IP
+// to the ENI that holds it) is programmed in full but never announced:
+// a neighbour's stale entry stays as it is, and traffic that the fabric
+// delivers (here a permanent neighbour entry) reaches the pod and leaves
+// from the address.
+func TestFabricRoutedAddressIsNotAnnounced(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	staleNeighbour(t, topo.client, staticV4)
+	sysctl(t, topo.client, "net.ipv4.conf.eth0.arp_accept", "1")
+	d := newDataplane(t, topo, func(o *Options) { o.Announcements = []time.Duration{0, 300 * time.Millisecond} })
+	r := apply(t, d, Assignment{Address: staticV4, PodIP: podV4, NoAnnounce: true})
+	g.Expect(r.Errors).To(gomega.BeEmpty())
+	g.Expect(r.Added).To(gomega.HaveLen(1))
+	g.Consistently(func() (string, error) {
+		hw, err := neighbour(topo.client, staticV4)
+		return hw.String(), err
+	}, time.Second, 50*time.Millisecond).Should(gomega.Equal("02:00:00:00:00:99"))
+
+	err := topo.client.nl.NeighSet(&netlink.Neigh{
+		LinkIndex: eth0Of(t, topo.client).Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: staticV4.AsSlice(), HardwareAddr: topo.nodeMAC,
+	})
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	serve(t, topo.pod, port(podV4, 8080), false)
+	g.Expect(through(g, topo.client, port(staticV4, 8080))).To(gomega.Equal(seen{peer: clientV4, server: podV4}))
+	serve(t, topo.client, port(farV4, 8081), false)
+	g.Expect(through(g, topo.pod, port(farV4, 8081)).peer).To(gomega.Equal(staticV4))
+}

@@ -30,6 +30,11 @@ type Assignment struct {
 	// means the interface of the main routing table's route to Address (or
 	// of the default route).
 	Interface string
+	// NoAnnounce: send no gratuitous ARP or unsolicited neighbour
+	// advertisement for Address. For networks where the fabric, not the
+	// neighbours' caches, decides which node receives an address (an EC2
+	// VPC routes a secondary private IP to the ENI that holds it).
+	NoAnnounce bool
 }
 
 // String renders a as address->pod@interface.

@@ -386,7 +386,7 @@ func makePlan(targets []target, failed map[netip.Addr]error, cur state, opts Opt
 		switch {
 		case complete:
 			p.unchanged = append(p.unchanged, t)
-			if first || unannounced[t.Address] {
+			if (first || unannounced[t.Address]) && !t.NoAnnounce {
 				p.announce = append(p.announce, t)
 			}
 			continue
@@ -395,7 +395,9 @@ func makePlan(targets []target, failed map[netip.Addr]error, cur state, opts Opt
 		default:
 			p.updated = append(p.updated, t)
 		}
-		p.announce = append(p.announce, t)
+		if !t.NoAnnounce {
+			p.announce = append(p.announce, t)
+		}
 		p.stale.add(t.Address, t.PodIP)
 		if hasDNAT {
 			p.stale.add(t.Address, oldPod)

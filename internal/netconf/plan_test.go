@@ -200,6 +200,25 @@ func TestMakePlan(t *testing.T) {
 		g.Expect(p.announce).To(gomega.Equal([]target{x, y}))
 	})
 
+	t.Run("an address the fabric routes is programmed in full but never announced", func(t *testing.T) {
+		g := gomega.NewWithT(t)
+		quiet := x
+		quiet.NoAnnounce = true
+		p := makePlan([]target{quiet, y}, map[netip.Addr]error{}, programmed(opts), opts, true, map[netip.Addr]bool{x.Address: true})
+		r := p.finish()
+		g.Expect(r.Added).To(gomega.HaveLen(2))
+		g.Expect(p.addrAdd).To(gomega.Equal([]target{quiet, y}))
+		g.Expect(p.nat.dnat).To(gomega.HaveKeyWithValue(x.Address, x.PodIP))
+		g.Expect(p.nat.snat).To(gomega.HaveKeyWithValue(snatKey{Pod: x.PodIP, Link: linkEth0.Index}, x.Address))
+		g.Expect(p.announce).To(gomega.Equal([]target{y}))
+
+		// Programmed already, on a fresh process and after a failed
+		// announcement: still not announced.
+		p = makePlan([]target{quiet}, map[netip.Addr]error{}, programmed(opts, x), opts, true, map[netip.Addr]bool{x.Address: true})
+		g.Expect(p.finish().Unchanged).To(gomega.HaveLen(1))
+		g.Expect(p.announce).To(gomega.BeEmpty())
+	})
+
 	t.Run("a new pod updates the address and flushes both pods' flows", func(t *testing.T) {
 		g := gomega.NewWithT(t)
 		p := makePlan([]target{xOtherPod}, map[netip.Addr]error{}, programmed(opts, x), opts, false, nil)

@@ -51,7 +51,8 @@ const (
 	ConditionAllocated = "Allocated"
 
 	// ConditionAttached is True when the agent on the node that should hold
-	// the address has confirmed it answers for it.
+	// the address has confirmed it answers for it and, for an aws pool,
+	// EC2's own description shows the address routed to that node.
 	ConditionAttached = "Attached"
 )
 
@@ -118,6 +119,13 @@ const (
 	// ReasonNotSupported: the IP's pool uses a provider this version cannot
 	// attach addresses with; nothing is attached.
 	ReasonNotSupported = "NotSupported"
+
+	// ReasonEC2Attaching: the agent on status.node has taken the address;
+	// the operator is moving it there in EC2 (aws pools) and has not
+	// verified it yet. Failures of EC2 replace it with the provider's
+	// reason (IAMPermissionMissing, SecondaryIPLimit,
+	// AddressNotInNodeSubnets, Throttled, EIPQuota, ...).
+	ReasonEC2Attaching = "EC2Attaching"
 
 	// ReasonAddressConflict: the address is also a node's address, inside
 	// the cluster's pod or service ranges, or the gateway of a node's
@@ -267,6 +275,14 @@ type IPStatus struct {
 	// +kubebuilder:validation:MaxLength=317
 	AttachedPod string `json:"attachedPod,omitempty"`
 
+	// aws is what EC2 handed out for this IP, for IPs of a pool with
+	// provider aws: the operator records it so that a restart finds and
+	// reuses it, and releases on delete only what it allocated. Node
+	// agents send no ARP or neighbour advertisement for an IP with this
+	// field: in a VPC, EC2 decides which node receives the address.
+	// +optional
+	AWS *AWSStatus `json:"aws,omitempty"`
+
 	// lastMoveTime is when the address last moved to another node.
 	// +optional
 	LastMoveTime *metav1.Time `json:"lastMoveTime,omitempty"`
@@ -282,6 +298,57 @@ type IPStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// AWSStatus is where the address of an IP of an aws pool is on EC2.
+type AWSStatus struct {
+	// publicIPv4Pool is the BYOIP pool the Elastic IP is allocated from;
+	// empty in private mode (the address is a secondary private IP).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	PublicIPv4Pool string `json:"publicIPv4Pool,omitempty"`
+
+	// node is the node that EC2 was last verified to route the address
+	// to; empty while it is routed to none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+
+	// instanceID is node's EC2 instance (from its spec.providerID).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	InstanceID string `json:"instanceID,omitempty"`
+
+	// vpcID is the VPC of networkInterfaceID.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	VPCID string `json:"vpcID,omitempty"`
+
+	// networkInterfaceID is the ENI that holds the address (private mode)
+	// or the private IP the Elastic IP is associated with (public mode).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	NetworkInterfaceID string `json:"networkInterfaceID,omitempty"`
+
+	// privateIP is the address itself (private mode) or the secondary
+	// private IP the Elastic IP is associated with (public mode).
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	PrivateIP string `json:"privateIP,omitempty"`
+
+	// allocationID is the Elastic IP's allocation (public mode). It is
+	// kept while the address is routed to no node, so that the next
+	// attach reuses it; it is released when the IP is deleted, only if
+	// the operator allocated it (tag kubext.io/ip).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AllocationID string `json:"allocationID,omitempty"`
+
+	// associationID is the Elastic IP's association with privateIP on
+	// networkInterfaceID (public mode).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	AssociationID string `json:"associationID,omitempty"`
 }
 
 // IP is one fixed address that follows the pods claiming it. Pods claim it

@@ -32,8 +32,9 @@ const (
 	ReasonPoolOverlap = "PoolOverlap"
 
 	// ReasonProviderNotSupported: spec.provider names a provider this
-	// version cannot attach addresses with (aws, until it is implemented);
-	// the pool's IPs are allocated but never attached.
+	// operator cannot attach addresses with (aws, when the manager runs
+	// without the aws provider); the pool's IPs are allocated but never
+	// attached.
 	ReasonProviderNotSupported = "ProviderNotSupported"
 )
 

@@ -350,6 +350,9 @@ func (r *Reconciler) releaseForReassign(ctx context.Context, ip *ipv1.IP) (bool,
 		return false, err
 	}
 	old := ip.Status.Address
+	if err := r.releaseEC2(ctx, ip); err != nil {
+		return false, err
+	}
 	if err := r.release(ctx, ip, ""); err != nil {
 		return false, err
 	}

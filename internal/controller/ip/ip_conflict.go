@@ -36,9 +36,9 @@ func (r *Reconciler) poolOf(ctx context.Context, ip *ipv1.IP) (*ipv1.IPPool, err
 // steal a node's traffic, shadow pods or Services). "" when it may be
 // attached.
 func (r *Reconciler) unattachable(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool) (string, string) {
-	if pool != nil && pool.Spec.Provider == ipv1.ProviderAWS {
+	if pool != nil && pool.Spec.Provider == ipv1.ProviderAWS && r.AWS == nil {
 		return ipv1.ReasonNotSupported, fmt.Sprintf(
-			"pool %s uses provider aws, which this version cannot attach addresses with; %s stays reserved and is attached to no node",
+			"pool %s uses provider aws, but this manager runs without it (no EC2 access configured); %s stays reserved and is attached to no node",
 			pool.Name, ip.Status.Address)
 	}
 	addr, err := netip.ParseAddr(ip.Status.Address)

@@ -57,6 +57,9 @@ type Reconciler struct {
 	// when no standby can take over, so that their controller recreates
 	// them elsewhere without waiting for the taint-based eviction (5 min).
 	DeleteStalePods bool
+	// AWS moves the addresses of pools with provider aws in EC2. Nil: such
+	// pools' IPs are reported NotSupported and attached to no node.
+	AWS AWSProvider
 
 	now func() time.Time
 	// moveStarts and failoverStarts time attachments and failovers.
@@ -65,6 +68,8 @@ type Reconciler struct {
 	mu sync.Mutex
 	// refusals are the claim refusals already told to pods (see refuse).
 	refusals map[string]struct{}
+
+	aws awsState
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -191,6 +196,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
+	r.aws.init()
 	if err := addIndexes(ctx, mgr); err != nil {
 		return err
 	}

@@ -20,6 +20,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ip *ipv1.IP) (ctrl.Res
 	}
 	orig := ip.DeepCopy()
 	detached, err := r.detach(ctx, ip, "deleting")
+	if err == nil && detached {
+		// No node answers any more: take the address off EC2 too, and
+		// release the Elastic IP if kubext allocated it, before the
+		// reservation goes.
+		if ec2err := r.releaseEC2(ctx, ip); ec2err != nil {
+			return ctrl.Result{RequeueAfter: ec2Retry}, r.patchStatus(ctx, orig, ip, false)
+		}
+	}
 	if err := errors.Join(err, r.patchStatus(ctx, orig, ip, false)); err != nil || !detached {
 		// The agent's confirmation (or its heartbeat running out) brings
 		// us back; this is the backstop.

@@ -3,6 +3,7 @@ package ip
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,12 +35,12 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 	if stop, why := r.unattachable(ctx, ip, pool); stop != "" {
 		// Nothing may answer for this address: take it off any node.
 		ip.Status.Standbys = nil
-		return r.settle(ctx, ip, ipam.Holding{Reason: stop, Message: why})
+		return r.settle(ctx, ip, pool, ipam.Holding{Reason: stop, Message: why})
 	}
 	allowed, err := r.nodeAllowed(ctx, pool)
 	if err != nil {
 		ip.Status.Standbys = nil
-		return r.settle(ctx, ip, ipam.Holding{Reason: ipv1.ReasonNoEligibleNode, Message: err.Error()})
+		return r.settle(ctx, ip, pool, ipam.Holding{Reason: ipv1.ReasonNoEligibleNode, Message: err.Error()})
 	}
 	healthy, err := r.healthView(ctx, ip)
 	if err != nil {
@@ -52,7 +53,7 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 	holding := ipam.ChooseHolder(current, claimants, healthy, allowed)
 	ip.Status.Standbys = keys(holding.Standbys)
 
-	res, err := r.settle(ctx, ip, holding)
+	res, err := r.settle(ctx, ip, pool, holding)
 	if err != nil {
 		return res, err
 	}
@@ -65,10 +66,15 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 }
 
 // settle places the IP for the holding and says when to look again.
-func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (ctrl.Result, error) {
-	placed, err := r.place(ctx, ip, h)
+func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) (ctrl.Result, error) {
+	placed, ec2, err := r.place(ctx, ip, pool, h)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("placing IP %s: %w", ip.Name, err)
+	}
+	if ec2 != nil {
+		// EC2 refused or failed: its condition says why; try again later,
+		// not at once (the SDK already retried the call).
+		return ctrl.Result{RequeueAfter: ec2Retry}, nil
 	}
 	if !placed || r.doubtful(ip) {
 		// Waiting for the old node to let go, or for a node the informer
@@ -117,8 +123,14 @@ func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) 
 
 // place points status.node at the holder's node when no other node is
 // attached, and sets the Attached condition. It returns false while it
-// waits for another node to let go.
-func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (bool, error) {
+// waits for another node to let go. For an aws pool it also moves the
+// address in EC2 once the holder's agent has claimed it, and takes it off
+// every node in EC2 once none may answer; ec2 is EC2's failure, if any.
+func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) (placed bool, ec2 *ec2Failure, err error) {
+	aws := r.AWS != nil && isAWS(ip, pool)
+	if aws {
+		prepareAWS(ip, pool)
+	}
 	target, pod := h.Holder.Node, h.Holder.Key
 	if target != ip.Status.Node || pod != ip.Status.Pod {
 		// Another node may answer: it lets go first. The same node just
@@ -127,16 +139,33 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (bo
 			detached, err := r.detach(ctx, ip, fmt.Sprintf("handing over to %s", orNone(pod)))
 			if err != nil || !detached {
 				ip.Status.Pod = pod // who will hold it once the old node lets go
-				return false, err
+				return false, nil, err
 			}
 		}
 		r.moved(ctx, ip, pod, target)
 		ip.Status.Node, ip.Status.Pod = target, pod
 	}
+	if aws {
+		switch {
+		case target != "" && ip.Status.AttachedNode == target:
+			// Claim before program: EC2 follows the agent's claim.
+			if ec2 = r.attachEC2(ctx, ip, target); ec2 == nil {
+				r.preResolve(ctx, ip, standbyNodes(h, target))
+			}
+		case target == "" && ip.Status.AttachedNode == "":
+			ec2 = r.detachEC2(ctx, ip)
+		}
+	}
 	switch {
+	case ec2 != nil:
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			Reason: ec2.reason, Message: ec2.message})
 	case target == "":
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: h.Reason, Message: h.Message})
+	case aws && ip.Status.AttachedNode == target && ip.Status.AWS.Node != target:
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			Reason: ipv1.ReasonEC2Attaching, Message: fmt.Sprintf("moving %s to node %s in EC2", ip.Status.Address, target)})
 	case ip.Status.AttachedNode == target && ip.Status.AttachedPod == pod:
 		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue {
 			r.attached(ip)
@@ -150,7 +179,22 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, h ipam.Holding) (bo
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonWaitingForAgent, Message: fmt.Sprintf("waiting for the agent on %s to attach %s", target, ip.Status.Address)})
 	}
-	return true, nil
+	return true, ec2, nil
+}
+
+// standbyNodes are the nodes of the first standbys, other than the
+// holder's: where a failover would move the address next.
+func standbyNodes(h ipam.Holding, holder string) []string {
+	var out []string
+	for _, s := range h.Standbys {
+		if s.Node != holder && s.Node != "" && !slices.Contains(out, s.Node) {
+			out = append(out, s.Node)
+		}
+		if len(out) == 2 {
+			break
+		}
+	}
+	return out
 }
 
 // detach clears status.node and reports whether no node may answer any

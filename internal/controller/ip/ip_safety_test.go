@@ -273,12 +273,6 @@ func TestUnattachableAddressesAreReported(t *testing.T) {
 	node := f.node(f.name("n"))
 	startAgent(t, node)
 
-	aws, awsIP := f.name("aws"), f.name("aws-ip")
-	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: aws}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.192/29"},
-		Provider: ipv1.ProviderAWS, Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}})
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: awsIP}, Spec: ipv1.IPSpec{Pool: aws}})
-	f.pod(f.name("on-aws"), awsIP, node, "192.0.2.91")
-
 	pool, nodeIP := f.name("pool"), f.name("node-ip")
 	f.pool(pool, "203.0.113.200/29")
 	owner := f.node(f.name("owner"))
@@ -290,20 +284,11 @@ func TestUnattachableAddressesAreReported(t *testing.T) {
 	f.pod(f.name("on-node"), nodeIP, node, "192.0.2.92")
 
 	f.g.Eventually(func(g Gomega) {
-		a := condition(f.ip(awsIP), ipv1.ConditionAttached)
-		g.Expect(a.Reason).To(Equal(ipv1.ReasonNotSupported))
 		c := condition(f.ip(nodeIP), ipv1.ConditionAttached)
 		g.Expect(c.Reason).To(Equal(ipv1.ReasonAddressConflict))
 		g.Expect(c.Message).To(ContainSubstring("an address of node " + owner))
 	}, waitFor).Should(Succeed())
-	for _, name := range []string{awsIP, nodeIP} {
-		f.g.Expect(f.ip(name).Status.Node).To(BeEmpty(), name)
-	}
-	poolObj := &ipv1.IPPool{}
-	f.g.Eventually(func() string {
-		_ = k8s.Get(f.ctx, client.ObjectKey{Name: aws}, poolObj)
-		return poolCondition(poolObj, ipv1.ConditionReady).Reason
-	}, waitFor).Should(Equal(ipv1.ReasonProviderNotSupported))
+	f.g.Expect(f.ip(nodeIP).Status.Node).To(BeEmpty())
 }
 
 // An address inside a node's pod range would shadow a pod; a pool whose

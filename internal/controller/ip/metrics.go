@@ -24,8 +24,17 @@ var (
 		Help:    "Time from a lost node's last observed heartbeat to the new node confirming it answers for the IP.",
 		Buckets: []float64{.5, 1, 2, 3, 4, 5, 7.5, 10, 15, 30, 60},
 	})
+	ec2Seconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "kubext_ip_ec2_attach_duration_seconds",
+		Help:    "Time to move an IP of an aws pool to its holder's network interface in EC2 and verify it there, EC2 calls included.",
+		Buckets: []float64{.05, .1, .25, .5, 1, 2, 3, 5, 10, 30},
+	})
+	ec2Failures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubext_ip_ec2_failures_total",
+		Help: "EC2 steps (resolve, attach, detach, release) that failed, by reason (IAMPermissionMissing, SecondaryIPLimit, Throttled, ...).",
+	}, []string{"reason"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(allocations, attachSeconds, failovers, failoverSeconds)
+	metrics.Registry.MustRegister(allocations, attachSeconds, failovers, failoverSeconds, ec2Seconds, ec2Failures)
 }

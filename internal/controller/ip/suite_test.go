@@ -19,6 +19,8 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/controller/ippool"
 	"github.com/kubext/kubext/internal/heartbeat"
+	awsprov "github.com/kubext/kubext/internal/provider/aws"
+	"github.com/kubext/kubext/internal/provider/aws/ec2double"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -27,7 +29,15 @@ const heartbeatNS = "kubext-system"
 var (
 	k8s    client.WithWatch // direct, uncached
 	scheme = runtime.NewScheme()
+
+	// ec2d is the EC2 the controller's aws provider talks to: one VPC with
+	// the nodes' subnet 10.0.0.0/16 and the BYOIP pool awsPublicPool.
+	ec2d       *ec2double.Double
+	awsSubnet  string
+	reconciler *Reconciler
 )
+
+const awsPublicPool = "ipv4pool-ec2-0123456789abcdef0"
 
 func TestMain(m *testing.M) {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -54,12 +64,17 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
+	ec2d = ec2double.New()
+	awsSubnet = ec2d.AddSubnet("vpc-1", "10.0.0.0/16")
+	ec2d.AddPool(awsPublicPool, "198.51.100.128/25")
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-controller"),
-		Health: heartbeat.NewTracker(AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true}
+		Health: heartbeat.NewTracker(AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
+		AWS: awsprov.NewWithEC2(ec2d, awsprov.Options{})}
+	reconciler = r
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	if err := (&ippool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr); err != nil {
+	if err := (&ippool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool"), AWS: true}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	testenv.StartManager(ctx, mgr)

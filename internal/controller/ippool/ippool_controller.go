@@ -34,6 +34,9 @@ const Finalizer = "ip.kubext.io/pool-finalizer"
 type Reconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// AWS says whether the manager runs the aws provider; without it, pools
+	// with provider aws are not Ready (ProviderNotSupported).
+	AWS bool
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch;patch
@@ -104,9 +107,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		ready.Status, ready.Reason = metav1.ConditionFalse, ipv1.ReasonPoolOverlap
 		ready.Message = fmt.Sprintf("addresses overlap IPPool %s, which is older; an address belongs to whichever IP reserves it first", other)
 	}
-	if pool.Spec.Provider == ipv1.ProviderAWS {
+	if pool.Spec.Provider == ipv1.ProviderAWS && !r.AWS {
 		ready.Status, ready.Reason = metav1.ConditionFalse, ipv1.ReasonProviderNotSupported
-		ready.Message = "provider aws is not implemented in this version: addresses are allocated but attached to no node (an l2 announcement would not reach them in a VPC)"
+		ready.Message = "provider aws is not enabled in this manager (start it with --aws-provider): addresses are allocated but attached to no node (an l2 announcement would not reach them in a VPC)"
 	}
 	setCondition(pool, ready)
 	return ctrl.Result{}, nil

@@ -169,6 +169,7 @@ func explain(f facts) string {
 	writeAddress(&b, &f)
 	writeConditions(&b, &f)
 	writePlacement(&b, &f)
+	writeEC2(&b, &f)
 	writeNodes(&b, &f)
 	writePods(&b, &f)
 	writeEvents(&b, &f)
@@ -344,6 +345,49 @@ func writePlacement(w io.Writer, f *facts) {
 		fmt.Fprintf(w, "  Attaching: waiting for the agent on %s to confirm.\n", st.Node)
 	case st.Node == "" && st.AttachedNode == "":
 		fmt.Fprintln(w, "  The address is attached to no node.")
+	}
+}
+
+// writeEC2 shows where EC2 routes the address of an IP of an aws pool,
+// from what the controller recorded in status.aws.
+func writeEC2(w io.Writer, f *facts) {
+	st := f.ip.Status.AWS
+	if st == nil && (f.pool == nil || f.pool.Spec.Provider != ipv1.ProviderAWS) {
+		return
+	}
+	fmt.Fprintln(w, "\nEC2:")
+	if st == nil {
+		fmt.Fprintln(w, "  Nothing recorded yet: the controller has not handled this IP's address in EC2.")
+		return
+	}
+	tw := table(w)
+	mode := "private: the address is a secondary private IP of the holder's ENI"
+	if st.PublicIPv4Pool != "" {
+		mode = "public: an Elastic IP from BYOIP pool " + st.PublicIPv4Pool + ", associated with a secondary private IP"
+	}
+	row(tw, "Mode", mode)
+	row(tw, "Routed to", orDash(st.Node), "status.aws.node: the node EC2 was last verified to route the address to")
+	row(tw, "Instance", orDash(st.InstanceID))
+	row(tw, "VPC", orDash(st.VPCID))
+	row(tw, "ENI", orDash(st.NetworkInterfaceID))
+	row(tw, "Private IP", orDash(st.PrivateIP))
+	if st.PublicIPv4Pool != "" || st.AllocationID != "" {
+		row(tw, "Allocation", orDash(st.AllocationID), "kept while no node holds the address; released on delete only if kubext allocated it")
+		row(tw, "Association", orDash(st.AssociationID))
+	}
+	_ = tw.Flush()
+	node := f.ip.Status.Node
+	switch {
+	case node != "" && st.Node == node:
+		fmt.Fprintf(w, "  EC2 routes %s to %s, the holder's node.\n", f.ip.Status.Address, node)
+	case node != "" && f.ip.Status.AttachedNode == node:
+		fmt.Fprintf(w, "  Moving: the agent on %s has claimed the address; the controller is moving it there in EC2 (see the Attached condition for any EC2 error).\n", node)
+	case node != "":
+		fmt.Fprintf(w, "  EC2 follows the claim: the address moves in EC2 once the agent on %s has claimed it.\n", node)
+	case st.Node != "":
+		fmt.Fprintf(w, "  EC2 still routes the address to %s; the controller takes it off once no agent answers for it.\n", st.Node)
+	default:
+		fmt.Fprintln(w, "  EC2 routes the address to no node.")
 	}
 }
 

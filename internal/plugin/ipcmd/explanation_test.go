@@ -96,6 +96,32 @@ func TestExplain(t *testing.T) {
 		},
 		absent: []string{"There is no standby"},
 	}, {
+		name: "an Elastic IP shows where EC2 routes it",
+		facts: func(f *facts) {
+			f.ip = readyIP()
+			f.pool = pool(nil)
+			f.pool.Spec.Provider = ipv1.ProviderAWS
+			f.ip.Status.AWS = &ipv1.AWSStatus{PublicIPv4Pool: "ipv4pool-ec2-0abc", Node: "n1", InstanceID: "i-0123",
+				VPCID: "vpc-1", NetworkInterfaceID: "eni-0456", PrivateIP: "10.0.1.17",
+				AllocationID: "eipalloc-0789", AssociationID: "eipassoc-0abc"}
+			f.pods = []corev1.Pod{pod("web-0", "n1", true)}
+		},
+		want: []string{"\nEC2:\n", "public: an Elastic IP from BYOIP pool ipv4pool-ec2-0abc", "ENI          eni-0456",
+			"Private IP   10.0.1.17", "Allocation   eipalloc-0789", "Association  eipassoc-0abc", "Instance     i-0123",
+			"EC2 routes 192.0.2.10 to n1, the holder's node."},
+	}, {
+		name: "a private aws address claimed but not yet moved in EC2",
+		facts: func(f *facts) {
+			f.ip = notReady(readyIP(), ipv1.ReasonEC2Attaching, "moving 192.0.2.10 to node n1 in EC2")
+			f.pool = pool(nil)
+			f.pool.Spec.Provider = ipv1.ProviderAWS
+			f.ip.Status.AttachedPod = ""
+			f.ip.Status.AWS = &ipv1.AWSStatus{Node: "n2", NetworkInterfaceID: "eni-2", PrivateIP: "192.0.2.10"}
+			f.pods = []corev1.Pod{pod("web-0", "n1", true)}
+		},
+		want:   []string{"private: the address is a secondary private IP", "Moving: the agent on n1 has claimed the address"},
+		absent: []string{"Allocation"},
+	}, {
 		name: "ready without standby warns",
 		facts: func(f *facts) {
 			f.ip = readyIP()

@@ -3,6 +3,13 @@
 // holder's node dies with a standby present, over many trials, and how long
 // an IP takes to become Ready once its pod is. The last line of its output
 // is machine-readable.
+//
+// With -provider aws the IPs belong to an aws pool and the lab models a VPC
+// (test/lab/vpc.go): the manager moves the address in an EC2 endpoint that
+// adds -ec2-latency to every call, and the client reaches only the node
+// whose ENI EC2 says holds the address. It also reports the EC2 calls per
+// failover and kubext's own time: from the controller declaring the node
+// lost to the client's first answer, minus the EC2 calls' latency.
 package main
 
 import (
@@ -12,9 +19,11 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,17 +39,41 @@ func main() {
 	attachTrials := flag.Int("attach-trials", 20, "attachments to measure")
 	leaseDuration := flag.Duration("lease-duration", 2*time.Second, "ip-agent --lease-duration")
 	renew := flag.Duration("renew-interval", 500*time.Millisecond, "ip-agent --renew-interval")
+	provider := flag.String("provider", "l2", "the pool's provider: l2, or aws (the lab's VPC model)")
+	ec2Latency := flag.Duration("ec2-latency", 300*time.Millisecond, "with -provider aws: latency of every EC2 call")
 	flag.Parse()
+	if *provider != "l2" && *provider != "aws" {
+		fmt.Fprintln(os.Stderr, "bench-failover: -provider must be l2 or aws")
+		os.Exit(2)
+	}
+	awsMode = *provider == "aws"
+	ec2Lat = *ec2Latency
 	if err := run(*trials, *attachTrials, *leaseDuration, *renew); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-failover:", err)
 		os.Exit(1)
 	}
 }
 
+// ec2Actions are the EC2 actions the aws provider calls.
+var ec2Actions = []string{"DescribeInstances", "DescribeSubnets", "DescribeNetworkInterfaces", "DescribeAddresses",
+	"AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "AllocateAddress", "AssociateAddress", "DisassociateAddress", "ReleaseAddress"}
+
+// awsMode and ec2Lat are -provider aws and -ec2-latency.
+var (
+	awsMode bool
+	ec2Lat  time.Duration
+)
+
 type bench struct {
 	lab    *lab.Lab
 	c      client.Client
 	agents []string
+	// vpc is the lab's VPC model (aws only).
+	vpc *lab.VPC
+	// ec2Calls, mutating and own are per failover (aws only): EC2 calls,
+	// mutating EC2 calls, and kubext's own seconds.
+	ec2Calls, mutating []int
+	own                []float64
 }
 
 func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err error) {
@@ -62,7 +95,23 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	if b.c, err = staticip.NewClient(l); err != nil {
 		return err
 	}
-	if _, err := l.StartManager(ctx, "manager", "--controllers=ip,ippool"); err != nil {
+	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
+	managerArgs := []string{"--controllers=ip,ippool"}
+	if awsMode {
+		if b.vpc, err = l.StartVPC(ctx, lab.VPCOptions{Addresses: pool, Latency: ec2Lat}); err != nil {
+			return err
+		}
+		defer func() { _ = b.vpc.Stop() }()
+		// The manager's credentials come from the SDK's default chain;
+		// the lab's EC2 does not check signatures.
+		for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "AKIDLAB", "AWS_SECRET_ACCESS_KEY": "lab", "AWS_EC2_METADATA_DISABLED": "true"} {
+			if err := os.Setenv(k, v); err != nil {
+				return err
+			}
+		}
+		managerArgs = append(managerArgs, "--aws-provider", "--aws-region=lab-1", "--aws-endpoint="+b.vpc.Endpoint)
+	}
+	if _, err := l.StartManager(ctx, "manager", managerArgs...); err != nil {
 		return err
 	}
 	agentArgs := []string{"--lease-duration", leaseDuration.String(), "--renew-interval", renew.String()}
@@ -78,9 +127,12 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	}
 	defer pods.Stop()
 
-	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
+	provider := ipv1.ProviderL2
+	if awsMode {
+		provider = ipv1.ProviderAWS
+	}
 	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}, Provider: provider,
 			// The bench's pods run in default; no other pod may claim.
 			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
@@ -113,7 +165,51 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
 		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()))
+	if awsMode {
+		calls, muts := ints(b.ec2Calls), ints(b.mutating)
+		fmt.Printf("EC2 calls per failover: p50 %.0f  max %.0f (mutating: p50 %.0f  max %.0f) at %s per call\n",
+			stats.Percentile(calls, 50), slices.Max(calls), stats.Percentile(muts, 50), slices.Max(muts), ec2Lat)
+		fmt.Printf("kubext's own time per failover, NodeLost -> first answer minus the latency of the EC2 calls in between (s): p50 %.3f  p99 %.3f  max %.3f\n",
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
+		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d\n",
+			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), len(splits.Splits()))
+	}
 	return nil
+}
+
+func ints(v []int) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// nodeLostAt is when the controller last declared a node lost for IP name
+// (its NodeLost Event, or the last of the Event's series).
+func (b *bench) nodeLostAt(ctx context.Context, name string) (time.Time, error) {
+	list := &eventsv1.EventList{}
+	if err := b.c.List(ctx, list); err != nil {
+		return time.Time{}, err
+	}
+	var last time.Time
+	for _, e := range list.Items {
+		if e.Regarding.Name != name || e.Reason != ipv1.ReasonNodeLost {
+			continue
+		}
+		t := e.EventTime.Time
+		if e.Series != nil && e.Series.LastObservedTime.After(t) {
+			t = e.Series.LastObservedTime.Time
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	if last.IsZero() {
+		return last, fmt.Errorf("no NodeLost Event for IP %s", name)
+	}
+	return last, nil
 }
 
 // failovers kills the holder's node trials times and measures the outage
@@ -138,21 +234,59 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 		}
 		probe := startProbe(b.lab.Net.ClientNamespace(), addr)
 		time.Sleep(300 * time.Millisecond)
+		calls, muts := 0, 0
+		byAction := map[string]int{}
+		if b.vpc != nil {
+			calls, muts = b.vpc.EC2.TotalCalls(), b.vpc.EC2.Mutating()
+			for _, a := range ec2Actions {
+				byAction[a] = b.vpc.EC2.Calls(a)
+			}
+		}
 		if err := b.lab.KillNode(ctx, node); err != nil {
 			return nil, err
 		}
 		killed := time.Now()
-		down, by, err := probe.outage(killed, holder, 30*time.Second)
+		down, by, answered, err := probe.outage(killed, holder, 30*time.Second)
 		if err != nil {
 			return nil, fmt.Errorf("trial %d: %w", i+1, err)
 		}
 		downtimes = append(downtimes, down.Seconds())
-		fmt.Printf("trial %2d: killed %s (holder %s): %s answered after %.2f s of silence\n", i+1, node, holder, by, down.Seconds())
+		fmt.Printf("trial %2d: killed %s at %s (holder %s): %s answered after %.2f s of silence\n", i+1, node,
+			killed.UTC().Format("15:04:05.000"), holder, by, down.Seconds())
+		if b.vpc != nil {
+			// Count up to the IP being Ready on the new node: the move's
+			// calls and its verification.
+			if _, err := staticip.WaitIP(ctx, b.c, "bench", 30*time.Second, func(ip *ipv1.IP) bool {
+				return staticip.Ready(ip) && ip.Status.Node != node
+			}); err != nil {
+				return nil, fmt.Errorf("trial %d: %w", i+1, err)
+			}
+			calls, muts = b.vpc.EC2.TotalCalls()-calls, b.vpc.EC2.Mutating()-muts
+			lost, err := b.nodeLostAt(ctx, "bench")
+			if err != nil {
+				return nil, fmt.Errorf("trial %d: %w", i+1, err)
+			}
+			// The EC2 calls the answer waited for: those between the node
+			// declared lost and the answer (the verification after the
+			// move may return after the answer).
+			waited := b.vpc.EC2.CallsBetween(lost, answered)
+			own := answered.Sub(lost) - time.Duration(waited)*ec2Lat
+			b.ec2Calls, b.mutating, b.own = append(b.ec2Calls, calls), append(b.mutating, muts), append(b.own, own.Seconds())
+			var made []string
+			for _, a := range ec2Actions {
+				if n := b.vpc.EC2.Calls(a) - byAction[a]; n > 0 {
+					made = append(made, fmt.Sprintf("%s x%d", a, n))
+				}
+			}
+			fmt.Printf("          EC2: %d calls (%d mutating: %s), %d before the answer; NodeLost -> answer %.3f s, kubext's own %.3f s\n",
+				calls, muts, strings.Join(made, ", "), waited, answered.Sub(lost).Seconds(), own.Seconds())
+		}
 		// Bring the node back and replace its pod, so the next trial has a
 		// standby again.
 		if err := b.lab.ReviveNode(ctx, node); err != nil {
 			return nil, err
 		}
+		fmt.Printf("          revived %s at %s\n", node, time.Now().UTC().Format("15:04:05.000"))
 		if _, err := b.lab.StartIPAgent(ctx, node, b.agents...); err != nil {
 			return nil, err
 		}
@@ -247,7 +381,7 @@ func startProbe(clientNS string, addr netip.Addr) *probe {
 
 // outage is the silence around the kill: from the holder's last answer
 // before it to the first answer of another pod after it.
-func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (time.Duration, string, error) {
+func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (time.Duration, string, time.Time, error) {
 	defer close(p.stop)
 	var lastHolder time.Time
 	deadline := time.After(timeout)
@@ -261,10 +395,10 @@ func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (
 				if lastHolder.IsZero() {
 					lastHolder = killed
 				}
-				return a.at.Sub(lastHolder), a.who, nil
+				return a.at.Sub(lastHolder), a.who, a.at, nil
 			}
 		case <-deadline:
-			return 0, "", fmt.Errorf("no other pod answered within %s of the kill", timeout)
+			return 0, "", time.Time{}, fmt.Errorf("no other pod answered within %s of the kill", timeout)
 		}
 	}
 }

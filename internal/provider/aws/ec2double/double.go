@@ -83,6 +83,8 @@ type Double struct {
 	next      int
 	calls     map[string]int
 	faults    map[string][]error
+	// started are the start times of the calls, for CallsBetween.
+	started []time.Time
 
 	// EIPQuota is the number of Elastic IPs the account may hold (default 5,
 	// EC2's default per region).
@@ -140,6 +142,20 @@ func (d *Double) AddInstance(subnets ...string) (string, []string) {
 	}
 	d.instances[inst] = ids
 	return inst, ids
+}
+
+// AddInstanceAt adds an instance with one ENI in subnetID whose primary IP
+// is primary (a lab node's own address), and returns the instance ID and
+// the ENI ID.
+func (d *Double) AddInstanceAt(subnetID, primary string) (string, string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	inst := d.id("i")
+	s := d.subnets[subnetID]
+	e := &eni{id: d.id("eni"), subnet: subnetID, vpc: s.vpc, instance: inst, ips: []privateIP{{addr: primary, primary: true}}}
+	d.enis[e.id] = e
+	d.instances[inst] = []string{e.id}
+	return inst, e.id
 }
 
 // AddENI adds an unattached ENI in a subnet (e.g. another workload's), with
@@ -209,6 +225,35 @@ func (d *Double) Calls(action string) int {
 	return d.calls[action]
 }
 
+// maxStarted bounds the call start times kept.
+const maxStarted = 1 << 16
+
+// CallsBetween returns how many calls started at or after from and, with
+// Latency, returned by to: the calls a caller waited for in that window.
+func (d *Double) CallsBetween(from, to time.Time) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, t := range d.started {
+		if !t.Before(from) && !t.Add(d.Latency).After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// TotalCalls returns how many calls were made, of every action, failed
+// ones included.
+func (d *Double) TotalCalls() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.calls {
+		n += c
+	}
+	return n
+}
+
 // Mutating returns how many mutating calls were made, failed ones included.
 func (d *Double) Mutating() int {
 	d.mu.Lock()
@@ -263,11 +308,28 @@ func (d *Double) EIP(public string) (alloc, eniID, priv string, ok bool) {
 	return "", "", "", false
 }
 
+// Associations returns the private IP each associated Elastic IP is
+// associated with, by public address.
+func (d *Double) Associations() map[string]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[string]string{}
+	for _, e := range d.eips {
+		if e.assoc != "" {
+			out[e.public] = e.priv
+		}
+	}
+	return out
+}
+
 // begin counts a call, waits Latency and returns an injected error, if any;
 // when it returns nil, d.mu is held for the call.
 func (d *Double) begin(ctx context.Context, action string) error {
 	d.mu.Lock()
 	d.calls[action]++
+	if len(d.started) < maxStarted {
+		d.started = append(d.started, time.Now())
+	}
 	var err error
 	if q := d.faults[action]; len(q) > 0 {
 		err, d.faults[action] = q[0], q[1:]
