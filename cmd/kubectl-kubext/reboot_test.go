@@ -155,9 +155,11 @@ func TestReboot(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("node/rb-2: reboot request withdrawn (reboot.kubext.io/needed=false); it was approved, so the controller stops its drain"))
 	g.Expect(out).To(ContainSubstring("node/rb-3: reboot request withdrawn (reboot.kubext.io/needed=false); its agent does not ask again"))
 	g.Expect(annotation(ctx, g, "rb-3")).To(Equal("false"))
+	rv3 := resourceVersion(ctx, g, "rb-3")
 	out, _, err = kubectl(ctx, "reboot", "cancel", "rb-3")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(out).To(Equal("node/rb-3 does not ask for a reboot (reboot.kubext.io/needed=false).\n"))
+	g.Expect(resourceVersion(ctx, g, "rb-3")).To(Equal(rv3), "nothing to withdraw, nothing written")
 	_, _, err = kubectl(ctx, "reboot", "cancel", "rb-3", "rb-9")
 	g.Expect(err).To(MatchError(`node "rb-9" not found (see: kubectl get nodes)`))
 	// Ask again, as before, for the rest of the test.
