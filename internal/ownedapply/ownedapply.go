@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,35 +95,81 @@ func Apply[T any, O interface {
 		return nil, Unchanged, err
 	}
 
-	result := Created
-	if live != nil {
-		if !metav1.IsControlledBy(live, owner) {
-			return nil, Unchanged, ErrNotControlled
-		}
-		have, err := extract(live, fieldOwner)
-		if err != nil {
-			return nil, Unchanged, err
-		}
-		if equality.Semantic.DeepEqual(have, want) {
-			return live, Unchanged, nil
-		}
-		result = Healed
-		if owner.GetGeneration() != observedGeneration {
-			result = Updated
-		}
+	if live == nil {
+		return create[T, O](ctx, c, fieldOwner, key, want)
+	}
+	if !metav1.IsControlledBy(live, owner) {
+		return nil, Unchanged, ErrNotControlled
+	}
+	have, err := extract(live, fieldOwner)
+	if err != nil {
+		return nil, Unchanged, err
+	}
+	if equality.Semantic.DeepEqual(have, want) {
+		return live, Unchanged, nil
+	}
+	result := Healed
+	if owner.GetGeneration() != observedGeneration {
+		result = Updated
 	}
 
 	if err := c.Apply(ctx, want, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return live, Unchanged, &WriteError{Err: err, Rejected: apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)}
 	}
 	// The client has decoded the API server's answer into want.
-	b, err := json.Marshal(want)
+	applied, err := decode[T, O](want)
 	if err != nil {
 		return nil, Unchanged, err
 	}
-	applied := O(new(T))
-	if err := json.Unmarshal(b, applied); err != nil {
+	return applied, result, nil
+}
+
+// create makes the object the cache says does not exist. The cache may lag:
+// an object of the name (someone else's, or ours just created) may exist
+// already, and an apply would merge into it and take it over. So the object
+// is created with Create, which the API server refuses when the name is
+// taken, and only then applied, so that the field manager owns its fields
+// as an applier and the next comparison sees them: two writes, on creation
+// only.
+func create[T any, O interface {
+	*T
+	client.Object
+}, A Configuration](ctx context.Context, c client.Client, fieldOwner string, key client.ObjectKey, want A) (O, Result, error) {
+	obj, err := decode[T, O](want)
+	if err != nil {
 		return nil, Unchanged, err
 	}
-	return applied, result, nil
+	if err := c.Create(ctx, obj, client.FieldOwner(fieldOwner)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Not a WriteError: trying again, once the cache has seen the
+			// object, tells whether it is ours.
+			return nil, Unchanged, fmt.Errorf("%s exists though the cache has not seen it yet: %w", key, err)
+		}
+		return nil, Unchanged, &WriteError{Err: err, Rejected: apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)}
+	}
+	if err := c.Apply(ctx, want, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return obj, Unchanged, &WriteError{Err: err, Rejected: apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)}
+	}
+	applied, err := decode[T, O](want)
+	if err != nil {
+		return nil, Unchanged, err
+	}
+	return applied, Created, nil
+}
+
+// decode turns an apply configuration (or the API server's answer the
+// client decoded into it) into the typed object.
+func decode[T any, O interface {
+	*T
+	client.Object
+}](want any) (O, error) {
+	b, err := json.Marshal(want)
+	if err != nil {
+		return nil, err
+	}
+	obj := O(new(T))
+	if err := json.Unmarshal(b, obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
 }

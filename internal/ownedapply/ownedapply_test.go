@@ -187,3 +187,33 @@ func TestFailedWriteIsNotRejected(t *testing.T) {
 	f.G.Expect(result).To(Equal(ownedapply.Unchanged))
 	f.G.Expect(got.ResourceVersion).To(Equal(dep.ResourceVersion))
 }
+
+// A cache that has not seen an object of the wanted name yet (here: one
+// that never sees anything) must not make Apply take over someone else's
+// object: the create is refused and nothing of theirs changes. Once the
+// cache sees it, Apply says it is not the owner's.
+func TestStaleCacheNeverTakesOverAnObject(t *testing.T) {
+	f := testenv.NewFixture(t, k8s)
+	owner := newOwner(f, "owner")
+	theirs := &appsv1.Deployment{}
+	mine := want(f, owner, "theirs:1")
+	mine.OwnerReferences = nil // theirs: nobody's controller
+	f.G.Expect(k8s.Apply(f.Ctx, mine, client.FieldOwner("someone-else"))).To(Succeed())
+	f.Get(client.ObjectKey{Namespace: ns, Name: "web-" + f.ID}, theirs)
+	f.T.Cleanup(func() { _ = k8s.Delete(context.Background(), theirs) })
+
+	lagging := interceptor.NewClient(k8s, interceptor.Funcs{
+		Get: func(_ context.Context, _ client.WithWatch, key client.ObjectKey, _ client.Object, _ ...client.GetOption) error {
+			return apierrors.NewNotFound(schema.GroupResource{Group: "apps", Resource: "deployments"}, key.Name)
+		},
+	})
+	_, result, err := apply(f, lagging, owner, owner.Generation, want(f, owner, "web:1"))
+	f.G.Expect(err).To(MatchError(ContainSubstring("exists though the cache has not seen it yet")))
+	f.G.Expect(result).To(Equal(ownedapply.Unchanged))
+	after := f.Get(client.ObjectKeyFromObject(theirs), &appsv1.Deployment{}).(*appsv1.Deployment)
+	f.G.Expect(after.ResourceVersion).To(Equal(theirs.ResourceVersion), "theirs untouched")
+	f.G.Expect(after.OwnerReferences).To(BeEmpty())
+
+	_, _, err = apply(f, k8s, owner, owner.Generation, want(f, owner, "web:1"))
+	f.G.Expect(err).To(MatchError(ownedapply.ErrNotControlled))
+}
