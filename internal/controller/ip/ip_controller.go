@@ -197,6 +197,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
 	r.aws.init()
+	ipReady.use(mgr.GetCache())
 	if err := addIndexes(ctx, mgr); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 )
@@ -110,6 +111,11 @@ func TestAllocatesAndPlacesOnTheHolder(t *testing.T) {
 		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(ip.Status.ObservedGeneration).To(Equal(ip.Generation))
 	}, waitFor).Should(Succeed())
+
+	// Scraped, it is Ready (from the manager's cache, which may lag the
+	// API server by a moment).
+	f.g.Eventually(func() map[string]string { return readyMetric(t, name) }, waitFor).Should(
+		Equal(map[string]string{"value": "1", "reason": ipv1.ReasonReady}))
 
 	addr := &networkingv1.IPAddress{}
 	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: "192.0.2.1"}, addr)).To(Succeed())
@@ -253,6 +259,9 @@ func TestMissingPoolAndMissingIPAreReported(t *testing.T) {
 	f.pool(f.name("pool"), "203.0.113.24/29")
 	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: outside}, Spec: ipv1.IPSpec{Address: "203.0.113.200", Pool: f.name("pool")}})
 	f.g.Eventually(func() string { return condition(f.ip(outside), ipv1.ConditionAllocated).Reason }, waitFor).Should(Equal(ipv1.ReasonAddressOutsidePool))
+	// What the KubextIPNotReady alert reads: 0, with the reason.
+	f.g.Eventually(func() map[string]string { return readyMetric(t, outside) }, waitFor).Should(
+		Equal(map[string]string{"value": "0", "reason": condition(f.ip(outside), ipv1.ConditionReady).Reason}))
 
 	node := f.node(f.name("n"))
 	p := f.pod(f.name("orphan"), f.name("missing"), node, "192.0.2.41")
@@ -403,4 +412,29 @@ func TestStalePodOnALostNodeIsDeleted(t *testing.T) {
 	f.g.Eventually(func() string { return condition(f.ip(name), ipv1.ConditionAttached).Reason }, waitFor).Should(
 		Or(Equal(ipv1.ReasonNodeLost), Equal(ipv1.ReasonNoClaimant), Equal(ipv1.ReasonNoEligibleNode)))
 	f.g.Expect(f.ip(name).Status.AttachedNode).To(BeEmpty())
+}
+
+// readyMetric is the kubext_ip_ready series of an IP as a scrape would
+// read it: its value and reason, or nil when there is none.
+func readyMetric(t *testing.T, ip string) map[string]string {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "kubext_ip_ready" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["ip"] == ip {
+				return map[string]string{"value": fmt.Sprint(m.GetGauge().GetValue()), "reason": labels["reason"]}
+			}
+		}
+	}
+	return nil
 }
