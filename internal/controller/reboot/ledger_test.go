@@ -3,6 +3,9 @@ package reboot
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,4 +262,143 @@ func TestWithdrawnRequestUndoesTheApproval(t *testing.T) {
 	if rebootplan.NodeFrom(getNode(t, "cancel-0")).Needs() {
 		t.Fatal("cancel-0 asks again")
 	}
+}
+
+// TestTwoLeadersNeverExceedTheBudget runs two controllers without leader
+// election against one API server for a whole rollout, each pausing for a
+// random moment between its decisions and its grants (a stalled leader),
+// while requests keep arriving in random order with random ages (so a
+// paused controller's choice differs from its rival's fresh one), agents
+// reboot nodes as ordered, and the nodes are sampled all along: never more
+// than maxUnavailable nodes hold a slot at once, and the rollout finishes.
+// It is a soak test of the whole protocol under two writers; the exact
+// interleaving that breaks a budget without the ledger is forced in
+// TestStalledLeaderCannotApprovePastTheBudget (random timing rarely hits
+// it: both controllers mostly choose the same node, which the node's own
+// resourceVersion already protects).
+func TestTwoLeadersNeverExceedTheBudget(t *testing.T) {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const nodes, budget = 8, 2
+	two := intstr.FromInt32(budget)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "leaders"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "leaders"}}, MaxUnavailable: &two,
+		SoakSeconds: ptr.To[int32](0)}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes {
+		name := fmt.Sprintf("leaders-%d", i)
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "leaders"}}}
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Status = corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: name + "-0"},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	loop := func(every time.Duration, f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(every):
+					f()
+				}
+			}
+		}()
+	}
+	for i := range 2 {
+		r := rival(t, env, c)
+		rng := rand.New(rand.NewPCG(uint64(i), 42))
+		r.beforeGrant = func() { time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond) }
+		loop(5*time.Millisecond, func() { _, _ = r.Reconcile(ctx, rollout) })
+	}
+	// Requests arrive one by one, in random order, each having waited a
+	// random time (the order in which they are approved).
+	asking := rand.New(rand.NewPCG(7, 7)).Perm(nodes)
+	loop(40*time.Millisecond, func() {
+		if len(asking) == 0 {
+			return
+		}
+		name := fmt.Sprintf("leaders-%d", asking[0])
+		asking = asking[1:]
+		since := time.Now().Add(-time.Duration(rand.IntN(3600)) * time.Second).UTC().Format(time.RFC3339)
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since}}})
+		_ = c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch))
+	})
+	// The agents: a node ordered to reboot comes back at once in a new boot.
+	loop(10*time.Millisecond, func() {
+		list := &corev1.NodeList{}
+		if c.List(ctx, list, client.MatchingLabels{"pool": "leaders"}) != nil {
+			return
+		}
+		for i := range list.Items {
+			n := &list.Items[i]
+			if n.Annotations[rebootv1.AnnotationNow] == "" || n.Annotations[rebootv1.AnnotationBootID] != n.Status.NodeInfo.BootID {
+				continue
+			}
+			n.Status.NodeInfo.BootID += "+"
+			n.Status.Conditions[0].LastTransitionTime = metav1.Now()
+			_ = c.Status().Update(ctx, n)
+		}
+	})
+	var mu sync.Mutex
+	most, done := 0, 0
+	loop(2*time.Millisecond, func() {
+		list := &corev1.NodeList{}
+		if c.List(ctx, list, client.MatchingLabels{"pool": "leaders"}) != nil {
+			return
+		}
+		holding, finished := 0, 0
+		for _, n := range list.Items {
+			if rebootplan.NodeFrom(&n).HoldsSlot() {
+				holding++
+			}
+			if n.Annotations[rebootv1.AnnotationRebootedAt] != "" && !rebootplan.NodeFrom(&n).Needs() {
+				finished++
+			}
+		}
+		mu.Lock()
+		most, done = max(most, holding), finished
+		mu.Unlock()
+	})
+	for ctx.Err() == nil {
+		mu.Lock()
+		finished := done
+		mu.Unlock()
+		if finished == nodes {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if done != nodes {
+		t.Fatalf("only %d of %d nodes rebooted before the deadline", done, nodes)
+	}
+	if most > budget {
+		t.Fatalf("%d nodes held a slot at once with maxUnavailable %d", most, budget)
+	}
+	t.Logf("%d nodes rebooted by two controllers, at most %d at once (budget %d)", nodes, most, budget)
 }
