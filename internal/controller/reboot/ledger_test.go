@@ -64,17 +64,7 @@ func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"race-1", "race-2"} {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "race"}}}
-		if err := c.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		n.Status = corev1.NodeStatus{
-			NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-" + name},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
-		}
-		if err := c.Status().Update(ctx, n); err != nil {
-			t.Fatal(err)
-		}
+		readyNode(t, c, name, "race")
 	}
 	ask := func(name string, since time.Time) {
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
@@ -122,6 +112,23 @@ func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
 	}
 	if approved(t, c, "race-2") {
 		t.Fatal("race-2 approved too: two nodes unavailable with maxUnavailable 1")
+	}
+}
+
+// readyNode creates a Ready node with the label pool=pool and boot ID
+// boot-<name> through c (a rival's own API server).
+func readyNode(t *testing.T, c client.Client, name, pool string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": pool}}}
+	if err := c.Create(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status = corev1.NodeStatus{
+		NodeInfo:   corev1.NodeSystemInfo{BootID: "boot-" + name},
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+	}
+	if err := c.Status().Update(t.Context(), n); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -302,16 +309,7 @@ func TestTwoLeadersNeverExceedTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range nodes {
-		name := fmt.Sprintf("leaders-%d", i)
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "leaders"}}}
-		if err := c.Create(ctx, n); err != nil {
-			t.Fatal(err)
-		}
-		n.Status = corev1.NodeStatus{NodeInfo: corev1.NodeSystemInfo{BootID: name + "-0"},
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-		if err := c.Status().Update(ctx, n); err != nil {
-			t.Fatal(err)
-		}
+		readyNode(t, c, fmt.Sprintf("leaders-%d", i), "leaders")
 	}
 
 	var wg sync.WaitGroup

@@ -48,13 +48,8 @@ func (o *cancelOptions) run(ctx context.Context, names []string) error {
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("node %q not found (see: kubectl get nodes)", name)
-			}
-			return err
-		}
+	if err := nodesExist(ctx, c, names); err != nil {
+		return err
 	}
 	for _, name := range names {
 		msg, err := o.cancel(ctx, c, name)

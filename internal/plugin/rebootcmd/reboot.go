@@ -80,15 +80,8 @@ func (o *requestOptions) run(ctx context.Context, names []string) error {
 	if err != nil {
 		return err
 	}
-	// Check every name first, so that a typo does not leave half the nodes
-	// asked for.
-	for _, name := range names {
-		if err := c.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}); err != nil {
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("node %q not found (see: kubectl get nodes)", name)
-			}
-			return err
-		}
+	if err := nodesExist(ctx, c, names); err != nil {
+		return err
 	}
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
 	for _, name := range names {
@@ -128,6 +121,20 @@ func (o *requestOptions) run(ctx context.Context, names []string) error {
 cordons and drains the node, the node's agent reboots it, and the node is
 uncordoned once it is back and has stayed Ready for the soak time.
 Follow it with: kubectl kubext reboot status`)
+	return nil
+}
+
+// nodesExist checks every name first, so that a typo does not leave half
+// the nodes changed.
+func nodesExist(ctx context.Context, c client.Reader, names []string) error {
+	for _, name := range names {
+		if err := c.Get(ctx, types.NamespacedName{Name: name}, &corev1.Node{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("node %q not found (see: kubectl get nodes)", name)
+			}
+			return err
+		}
+	}
 	return nil
 }
 
