@@ -112,3 +112,15 @@ func HasCondition(g gomega.Gomega, conditions []metav1.Condition, typ string, st
 	g.Expect(c.Reason).To(gomega.Equal(reason), c.Message)
 	g.Expect(c.ObservedGeneration).To(gomega.Equal(generation))
 }
+
+// Applied fails unless some field manager has server-side applied the
+// object: a controller using internal/ownedapply creates an object with
+// Create and then applies it, so an object it made is as it left it only
+// once the apply is in.
+func Applied(g gomega.Gomega, o client.Object) {
+	applied := false
+	for _, m := range o.GetManagedFields() {
+		applied = applied || m.Operation == metav1.ManagedFieldsOperationApply
+	}
+	g.Expect(applied).To(gomega.BeTrue(), "%s not applied yet (created, apply pending)", o.GetName())
+}

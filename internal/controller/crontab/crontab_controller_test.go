@@ -35,7 +35,10 @@ func (f *fixture) cronTab(name string, spec stablev1.CronTabSpec) client.ObjectK
 // cronJob waits until the CronTab's CronJob satisfies match and returns it.
 func (f *fixture) cronJob(key client.ObjectKey, match func(g Gomega, cj *batchv1.CronJob)) *batchv1.CronJob {
 	f.T.Helper()
-	return testenv.Eventually(f.Fixture, key, &batchv1.CronJob{}, match)
+	return testenv.Eventually(f.Fixture, key, &batchv1.CronJob{}, func(g Gomega, cj *batchv1.CronJob) {
+		testenv.Applied(g, cj)
+		match(g, cj)
+	})
 }
 
 // ready waits until the CronTab's Ready condition has the reason, for its

@@ -41,7 +41,10 @@ func (f *fixture) consumer(name string, spec pulsarv1.PulsarConsumerSpec) client
 // and returns it.
 func (f *fixture) deployment(key client.ObjectKey, match func(g Gomega, d *appsv1.Deployment)) *appsv1.Deployment {
 	f.T.Helper()
-	return testenv.Eventually(f.Fixture, key, &appsv1.Deployment{}, match)
+	return testenv.Eventually(f.Fixture, key, &appsv1.Deployment{}, func(g Gomega, d *appsv1.Deployment) {
+		testenv.Applied(g, d)
+		match(g, d)
+	})
 }
 
 // condition waits until the PulsarConsumer's condition has the status and

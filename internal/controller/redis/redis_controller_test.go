@@ -62,7 +62,7 @@ func (f *fixture) event(key client.ObjectKey, reason string) *eventsv1.Event {
 // addresses.
 func (f *fixture) members(key client.ObjectKey, n int, password string) []string {
 	f.T.Helper()
-	sts := testenv.Eventually(f.Fixture, key, &appsv1.StatefulSet{}, func(Gomega, *appsv1.StatefulSet) {})
+	sts := testenv.Eventually(f.Fixture, key, &appsv1.StatefulSet{}, func(g Gomega, sts *appsv1.StatefulSet) { testenv.Applied(g, sts) })
 	var addrs []string
 	for i := range n {
 		ip := nextIP.Add(1)
