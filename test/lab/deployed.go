@@ -162,8 +162,24 @@ func (l *Lab) Install(ctx context.Context, opts InstallOptions) (*Deployed, erro
 			return nil, err
 		}
 	}
-	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", manifest); err != nil {
-		return nil, err
+	// The namespaced objects can reach the API server before it has seen
+	// the Namespace the same apply created (its lifecycle admission reads a
+	// cache): "namespaces ... not found". A user applies again; so does the
+	// lab, a few times at most.
+	for attempt := 1; ; attempt++ {
+		_, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", manifest)
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "namespaces \"") || !strings.Contains(err.Error(), "not found") {
+			return nil, err
+		}
+		l.log("Applying %s again: %s", manifest, "its namespace was not known to the API server yet")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	l.log("Installed kubext from %s (server-side apply)", manifest)
 	d, err := l.runDeployed(ctx, opts.Namespace)
