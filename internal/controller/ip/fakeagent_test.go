@@ -26,9 +26,8 @@ type fakeAgent struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu        sync.Mutex
-	attached  map[string]bool // IP names it reported
-	lastRenew time.Time       // when its last renewal was sent
+	mu       sync.Mutex
+	attached map[string]bool // IP names it reported
 }
 
 // startAgent runs a fake agent until the test ends or stop is called.
@@ -68,9 +67,6 @@ func (a *fakeAgent) run(ctx context.Context) {
 func (a *fakeAgent) renew(ctx context.Context) {
 	name := heartbeat.LeaseName(AgentComponent, a.node)
 	now := metav1.NewMicroTime(time.Now())
-	a.mu.Lock()
-	a.lastRenew = now.Time
-	a.mu.Unlock()
 	l := &coordinationv1.Lease{}
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: heartbeatNS, Name: name}, l)
 	if apierrors.IsNotFound(err) {
