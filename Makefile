@@ -27,6 +27,10 @@ K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 
 GO_TEST_FLAGS ?= -count=1
 E2E_TIMEOUT   ?= 40m
+# Everything that brings up a lab takes this machine-wide lock: network
+# namespaces, the documentation subnets and kwokctl's ports are global.
+# (test/chart takes it from inside its test.)
+LAB_LOCK      ?= flock -o /tmp/kubext-e2e.lock
 
 .DEFAULT_GOAL := help
 
@@ -76,7 +80,7 @@ verify-generated: generate manifests ## Fail when generated code or CRDs are out
 .PHONY: test
 test: tools build test-deps ## Run all tests: unit, envtest, lab e2e (network parts need root).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
-	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+	$(LAB_LOCK) go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: test-unit
 test-unit: tools test-deps ## Run unit and envtest tests only.
@@ -88,7 +92,7 @@ test-deps: ## Install the programs the tests run besides Go (redis-server, promt
 
 .PHONY: test-e2e
 test-e2e: tools build ## Run the lab e2e tests only.
-	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
+	$(LAB_LOCK) go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 ##@ Lab
 
@@ -102,25 +106,25 @@ lab-down: $(BIN)/lab ## Remove the lab and everything it created.
 
 .PHONY: demo
 demo: tools build ## Bring up the lab, run the manager and agents, walk through each operator.
-	go run ./test/demo
+	$(LAB_LOCK) go run ./test/demo
 
 .PHONY: demo-deployed
 demo-deployed: tools build build-installer ## The demo against kubext installed from dist/install.yaml as a user would (needs root).
-	DEMO_MANIFEST=$(DIST)/install.yaml go run ./test/demo
+	DEMO_MANIFEST=$(DIST)/install.yaml $(LAB_LOCK) go run ./test/demo
 
 ##@ Benchmarks (results in docs/benchmarks.md)
 
 .PHONY: bench-reboot
 bench-reboot: tools build ## Reboot: rolling reboot of 50 simulated nodes, maxUnavailable 5: overhead vs ideal, decision latency.
-	go run ./test/bench/reboot
+	$(LAB_LOCK) go run ./test/bench/reboot
 
 .PHONY: bench-apps
 bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: time to converge, writes per resync, reconcile latency.
-	go run ./test/bench/apps
+	$(LAB_LOCK) go run ./test/bench/apps
 
 .PHONY: bench-failover
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
-	go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
+	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
 ##@ Build
 
