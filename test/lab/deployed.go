@@ -449,16 +449,13 @@ func (d *Deployed) restartExited(r *podRun) {
 	}
 }
 
-// rebootNode is a reboot of the node its reboot-agent asked its init for:
-// the node's pods' processes die, the node reboots (lab RebootFor) and
-// they start again.
+// rebootNode is a reboot of the node its reboot-agent asked its init for
+// (RebootFor stops the node's pods' processes and starts them again).
 func (d *Deployed) rebootNode(ctx context.Context, node string) {
 	d.lab.log("Deployed: node %s reboots (its reboot-agent signalled its init)", node)
-	d.nodeDown(node)
 	if err := d.lab.RebootFor(ctx, node, 0); err != nil {
 		d.lab.log("Deployed: rebooting %s: %v", node, err)
 	}
-	d.nodeUp(node)
 }
 
 // stopAll stops every pod's processes when the loop ends.
