@@ -56,8 +56,7 @@ func awsStack(t *testing.T) (*staticIPStack, *lab.VPC) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDLAB")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "lab")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	s.replaceManager(t, append(append([]string{}, managerArgs...),
-		"--aws-provider", "--aws-region=lab-1", "--aws-endpoint="+vpc.Endpoint))
+	s.replaceManager(t, awsManagerArgs(vpc))
 	return s, vpc
 }
 
@@ -80,17 +79,8 @@ func TestStaticIPAWSPrivateFailover(t *testing.T) {
 	for _, o := range []client.Object{pool, ip, dep} {
 		g.Expect(s.c.Create(ctx, o)).To(Succeed())
 	}
-	t.Cleanup(func() {
-		_ = s.c.Delete(ctx, dep)
-		_ = s.c.Delete(ctx, ip)
-		// The IP goes only once EC2 no longer has the address: before
-		// the aws manager is replaced.
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && s.c.Get(ctx, client.ObjectKeyFromObject(ip), &ipv1.IP{}) == nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-		_ = s.c.Delete(ctx, pool)
-	})
+	// Before the aws manager is replaced.
+	t.Cleanup(func() { s.deleteAWS(dep, ip, pool) })
 
 	var holder, standby, holderNode string
 	g.Eventually(func(g Gomega) {
@@ -156,15 +146,8 @@ func TestStaticIPAWSPublicFailover(t *testing.T) {
 	for _, o := range []client.Object{pool, ip, dep} {
 		g.Expect(s.c.Create(ctx, o)).To(Succeed())
 	}
-	t.Cleanup(func() {
-		_ = s.c.Delete(ctx, dep)
-		_ = s.c.Delete(ctx, ip)
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) && s.c.Get(ctx, client.ObjectKeyFromObject(ip), &ipv1.IP{}) == nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-		_ = s.c.Delete(ctx, pool)
-	})
+	// Before the aws manager is replaced.
+	t.Cleanup(func() { s.deleteAWS(dep, ip, pool) })
 
 	var holder, standby, holderNode string
 	var priv netip.Addr

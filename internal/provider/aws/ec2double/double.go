@@ -272,6 +272,13 @@ func (d *Double) ResetCalls() {
 	d.calls = map[string]int{}
 }
 
+// SetLatency changes Latency while calls are being served.
+func (d *Double) SetLatency(l time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.Latency = l
+}
+
 // Holders returns the ENIs that hold private address ip, sorted.
 func (d *Double) Holders(ip string) []string {
 	d.mu.Lock()
