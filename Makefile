@@ -105,12 +105,12 @@ lab-down: $(BIN)/lab ## Remove the lab and everything it created.
 	$(BIN)/lab down --name $(LAB_NAME)
 
 .PHONY: demo
-demo: tools build ## Bring up the lab, run the manager and agents, walk through each operator.
-	$(LAB_LOCK) go run ./test/demo
-
-.PHONY: demo-deployed
-demo-deployed: tools build build-installer ## The demo against kubext installed from dist/install.yaml as a user would (needs root).
+demo: tools build build-installer ## Bring up the lab, install kubext from dist/install.yaml as a user would, walk through each operator.
 	DEMO_MANIFEST=$(DIST)/install.yaml $(LAB_LOCK) go run ./test/demo
+
+.PHONY: demo-local
+demo-local: tools build ## The demo with the manager and agents run as local processes instead of installed.
+	$(LAB_LOCK) go run ./test/demo
 
 ##@ Benchmarks (results in docs/benchmarks.md)
 
