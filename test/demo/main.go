@@ -26,6 +26,10 @@ type demo struct {
 	// replicas, ip-agents, reboot-agents) run by the lab; nil when the
 	// demo runs without root, with the manager and agents as processes.
 	deployed *lab.Deployed
+	// manager is the manager process when not deployed, and ipAgents
+	// says whether the demo started the ip-agents' processes.
+	manager  *lab.Manager
+	ipAgents bool
 }
 
 // scenario is one operator's walk-through.
@@ -37,6 +41,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"The lab: a real control plane with simulated nodes", labScenario},
 	{"Static IP: one fixed address for a partner, in and out, moved in seconds on node failure", staticIPScenario},
+	{"Static IP on AWS: a BYOIP address moved between nodes' network interfaces by EC2, on the lab's VPC model", awsScenario},
 	{"CronTab: the Kubernetes docs' example CRD, reconciled into a CronJob", crontabScenario},
 	{"Redis: a replicated Redis as a StatefulSet, scaled with the seed's kubectl patch, healed after a hand edit", redisScenario},
 	{"PulsarConsumer: a topic's consumers as a Deployment, scaled with kubectl scale, healed after a hand edit", pulsarScenario},
@@ -138,7 +143,7 @@ func (d *demo) startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.metricsURL = m.MetricsURL
+	d.metricsURL, d.manager = m.MetricsURL, m
 	say("Manager ready: metrics on %s, log in %s", d.metricsURL, m.Log)
 	return nil
 }

@@ -31,10 +31,8 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 		say("The installer's ip-agent DaemonSet runs one agent per node, in each node's network namespace")
 	} else {
 		say("Starting one ip-agent per node, inside each node's network namespace")
-		for _, n := range d.lab.Nodes {
-			if _, err := d.lab.StartIPAgent(ctx, n); err != nil {
-				return err
-			}
+		if err := d.startIPAgents(ctx); err != nil {
+			return err
 		}
 	}
 	pods, err := d.lab.StartPodNetwork(ctx)
@@ -165,4 +163,18 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 
 func indent(s string) string {
 	return "      " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n      ") + "\n"
+}
+
+// startIPAgents starts one ip-agent per node, once per demo (local mode).
+func (d *demo) startIPAgents(ctx context.Context) error {
+	if d.ipAgents {
+		return nil
+	}
+	for _, n := range d.lab.Nodes {
+		if _, err := d.lab.StartIPAgent(ctx, n); err != nil {
+			return err
+		}
+	}
+	d.ipAgents = true
+	return nil
 }

@@ -76,6 +76,10 @@ type VPCOptions struct {
 	// must not be on the client's link.
 	PublicPool  string
 	PublicRange netip.Prefix
+	// OnGateway serves the EC2 endpoint on the lab's gateway address
+	// instead of 127.0.0.1, so that pods (a deployed manager) reach it, as
+	// they would reach EC2's regional endpoint.
+	OnGateway bool
 }
 
 // deadMAC is where an address no ENI holds is sent: no node has it.
@@ -131,7 +135,11 @@ func (l *Lab) StartVPC(ctx context.Context, o VPCOptions) (*VPC, error) {
 			return nil, fmt.Errorf("setting the providerID of %s: %w", n, err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	host := "127.0.0.1"
+	if o.OnGateway {
+		host = l.Net.Gateway().String()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}
