@@ -160,7 +160,7 @@ func summarize(ip *ipv1.IP) {
 	for _, t := range []string{ipv1.ConditionAllocated, ipv1.ConditionAttached} {
 		c := meta.FindStatusCondition(ip.Status.Conditions, t)
 		if c == nil {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Reconciling", t+" not evaluated yet"
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ipv1.ReasonReconciling, t+" not evaluated yet"
 			break
 		}
 		if c.Status != metav1.ConditionTrue {
