@@ -23,7 +23,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,14 +30,15 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // AgentComponent names the ip-agent's heartbeat Leases (ip-agent-<node>).
@@ -102,17 +102,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !ip.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, ip)
 	}
-	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
-		orig := ip.DeepCopy()
-		controllerutil.AddFinalizer(ip, ipv1.Finalizer)
-		return ctrl.Result{}, r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if added, err := statuspatch.AddFinalizer(ctx, r.Client, ip, ipv1.Finalizer); err != nil || added {
+		return ctrl.Result{}, err
 	}
 
-	orig := ip.DeepCopy()
+	status := statuspatch.New(r.Client, ip, statusFields)
 	defer func() {
-		if err := r.patchStatus(ctx, orig, ip, reterr == nil); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
+		summarize(ip)
+		reterr = errors.Join(reterr, status.Patch(ctx, ip, reterr))
 	}()
 	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
 		// Waiting for an address (freed, pool created or grown) or for the
@@ -136,21 +133,9 @@ func (r *Reconciler) retryAfter(ip *ipv1.IP) time.Duration {
 	return allocationRetry
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, ip *ipv1.IP, succeeded bool) error {
-	summarize(ip)
-	if succeeded {
-		ip.Status.ObservedGeneration = ip.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, ip.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where an IP keeps the status statuspatch writes.
+func statusFields(ip *ipv1.IP) (any, *int64) {
+	return ip.Status, &ip.Status.ObservedGeneration
 }
 
 // summarize sets Ready from Allocated and Attached.
@@ -194,6 +179,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.now == nil {
 		r.now = time.Now
 	}
+	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ip"))
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
 	r.aws.init()
