@@ -41,9 +41,6 @@ import (
 	"github.com/kubext/kubext/internal/statuspatch"
 )
 
-// AgentComponent names the ip-agent's heartbeat Leases (ip-agent-<node>).
-const AgentComponent = "ip-agent"
-
 // resync bounds how long an IP waits when an event was missed.
 const resync = 5 * time.Minute
 

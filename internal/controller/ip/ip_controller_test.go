@@ -200,7 +200,7 @@ func TestFailoverToStandbyWhenTheNodeIsLost(t *testing.T) {
 	lost := ipEvent(f.ctx, name, ipv1.ReasonNodeLost)
 	f.g.Expect(lost).NotTo(BeNil())
 	lease := &coordinationv1.Lease{}
-	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Namespace: heartbeatNS, Name: heartbeat.LeaseName(AgentComponent, n1)}, lease)).To(Succeed())
+	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Namespace: heartbeatNS, Name: heartbeat.LeaseName(ipv1.AgentComponent, n1)}, lease)).To(Succeed())
 	f.g.Expect(lost.EventTime.Sub(lease.Spec.RenewTime.Time)).To(BeNumerically(">=", time.Second))
 }
 

@@ -158,7 +158,7 @@ func TestDeletedLeaseMovesNothing(t *testing.T) {
 
 	// Delete it again and again for 3 s (more than the 1 s lease): the
 	// agent recreates it each time.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: heartbeatNS, Name: heartbeat.LeaseName(AgentComponent, n1)}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: heartbeatNS, Name: heartbeat.LeaseName(ipv1.AgentComponent, n1)}}
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		err := k8s.Delete(f.ctx, lease)

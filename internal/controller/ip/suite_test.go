@@ -68,7 +68,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	awsSubnet = ec2d.AddSubnet("vpc-1", "10.0.0.0/16")
 	ec2d.AddPool(awsPublicPool, "198.51.100.128/25")
 	r := &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-controller"),
-		Health: heartbeat.NewTracker(AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
+		Health: heartbeat.NewTracker(ipv1.AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
 		AWS: awsprov.NewWithEC2(ec2d, awsprov.Options{})}
 	reconciler = r
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
