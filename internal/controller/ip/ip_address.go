@@ -97,7 +97,7 @@ func keepsAddress(ip *ipv1.IP, aerr *statuspatch.Error) bool {
 func (r *Reconciler) keepAddress(ctx context.Context, ip *ipv1.IP, why *statuspatch.Error) (bool, error) {
 	addr, err := ipam.Canonical(ip.Status.Address)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("status.address of IP %s: %w", ip.Name, err)
 	}
 	if err := r.reserve(ctx, ip, addr, ip.Status.Pool); err != nil {
 		return false, fmt.Errorf("keeping %s reserved for IP %s: %w", addr, ip.Name, err)
@@ -147,7 +147,7 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 	// A reservation made before a crash, not yet recorded in status.
 	owned := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
-		return netip.Addr{}, "", err
+		return netip.Addr{}, "", fmt.Errorf("listing the reservations of IP %s: %w", ip.Name, err)
 	}
 	for _, a := range owned.Items {
 		if addr, err := ipam.Canonical(a.Name); err == nil && pool.Contains(addr) {
@@ -163,7 +163,7 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ipam.Pool, poolName string) (netip.Addr, string, error) {
 	reserved := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, reserved); err != nil {
-		return netip.Addr{}, "", err
+		return netip.Addr{}, "", fmt.Errorf("listing IPAddresses to allocate from pool %s for IP %s: %w", poolName, ip.Name, err)
 	}
 	used := make(map[netip.Addr]bool, len(reserved.Items))
 	for _, a := range reserved.Items {
@@ -195,7 +195,7 @@ func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) 
 			if apierrors.IsNotFound(err) {
 				return "", nil, allocationError(ipv1.ReasonPoolNotFound, "IPPool %s does not exist", ip.Spec.Pool)
 			}
-			return "", nil, err
+			return "", nil, fmt.Errorf("reading IPPool %s of IP %s: %w", ip.Spec.Pool, ip.Name, err)
 		}
 		pool, err := ipam.NewPool(p.Spec.Addresses, p.Spec.Reserved)
 		if err != nil {
@@ -246,7 +246,7 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 		return r.holdReservation(ctx, existing)
 	}
 	if !apierrors.IsNotFound(err) {
-		return err
+		return fmt.Errorf("reading reservation %s for IP %s: %w", name, ip.Name, err)
 	}
 	a := &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{
@@ -269,11 +269,14 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 	if apierrors.IsAlreadyExists(err) {
 		// Someone was faster; see who.
 		if err := r.Get(ctx, types.NamespacedName{Name: name}, existing); err != nil {
-			return err
+			return fmt.Errorf("reading reservation %s, created meanwhile, for IP %s: %w", name, ip.Name, err)
 		}
 		return r.owned(ip, existing)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("reserve %s for IP %s: %w", name, ip.Name, err)
+	}
+	return nil
 }
 
 // holdReservation puts the finalizer on a reservation made without it (by
@@ -315,7 +318,7 @@ func (r *Reconciler) owned(ip *ipv1.IP, a *networkingv1.IPAddress) error {
 func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) error {
 	owned := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
-		return err
+		return fmt.Errorf("listing the reservations of IP %s: %w", ip.Name, err)
 	}
 	for i := range owned.Items {
 		a := &owned.Items[i]
@@ -370,5 +373,8 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, o client.Object, f strin
 	if err != nil {
 		return err
 	}
-	return client.IgnoreNotFound(r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, patch)))
+	if err := r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing finalizer %s from %s: %w", f, o.GetName(), err)
+	}
+	return nil
 }

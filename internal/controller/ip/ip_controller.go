@@ -94,7 +94,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, r.reportMissing(ctx, req.Name)
 		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("reading IP %s: %w", req.Name, err)
 	}
 	if !ip.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, ip)
@@ -162,7 +162,7 @@ func setCondition(ip *ipv1.IP, c metav1.Condition) {
 func (r *Reconciler) reportMissing(ctx context.Context, name string) error {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.MatchingFields{indexClaim: name}); err != nil {
-		return err
+		return fmt.Errorf("listing the pods that claim IP %s: %w", name, err)
 	}
 	for i := range pods.Items {
 		r.Recorder.Eventf(&pods.Items[i], nil, corev1.EventTypeWarning, "IPNotFound", "Claim",
@@ -182,13 +182,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.aws.init()
 	ipReady.use(mgr.GetCache())
 	if err := addIndexes(ctx, mgr); err != nil {
-		return err
+		return fmt.Errorf("indexing the IP controller's cache: %w", err)
 	}
 	if err := r.Health.Watch(ctx, mgr.GetCache()); err != nil {
-		return err
+		return fmt.Errorf("watching the agents' heartbeats: %w", err)
 	}
 	if err := mgr.Add(r.Health); err != nil {
-		return err
+		return fmt.Errorf("running the agents' heartbeat tracker: %w", err)
 	}
 	claims := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetAnnotations()[ipv1.AnnotationIP]
