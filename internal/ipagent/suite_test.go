@@ -38,8 +38,6 @@ const (
 	// resync is short so that drift (a removal the kernel has not finished)
 	// is re-checked within a test's patience.
 	resync = 200 * time.Millisecond
-	// waitFor is the patience of every Eventually in this package.
-	waitFor = 20 * time.Second
 )
 
 var (

@@ -3,7 +3,6 @@ package ip
 import (
 	"context"
 	"testing"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -80,6 +79,3 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	testenv.StartManager(ctx, mgr)
 	return nil
 }
-
-// waitFor is the patience of every Eventually in this package.
-const waitFor = 20 * time.Second

@@ -3,7 +3,6 @@ package ippool
 import (
 	"context"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,9 +16,6 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/testenv"
 )
-
-// waitFor is the patience of every Eventually in this package.
-const waitFor = 20 * time.Second
 
 var (
 	k8s    client.Client // direct, uncached
