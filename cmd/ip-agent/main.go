@@ -75,13 +75,8 @@ func run(ctx context.Context, args []string) error {
 		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
+	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
-	}
-	if *showVersion {
-		fmt.Println(version.Get())
-		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
 	if node == "" {
