@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kubext/kubext/internal/image"
@@ -193,8 +194,9 @@ func writeFile(t *testing.T, content string) string {
 	return p
 }
 
-// extract writes the named binaries of img's filesystem to a directory,
-// with the mode the image gives them, and checks that mode.
+// extract writes the named binaries of img's filesystem, as a runtime
+// unpacks it (go-containerregistry's mutate.Extract), to a directory, with
+// the mode the image gives them, and checks that mode.
 func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
@@ -203,44 +205,35 @@ func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 		want[n] = true
 	}
 	out := map[string]string{}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	rc := mutate.Extract(img)
+	defer func() { _ = rc.Close() }()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !want[h.Name] {
-				continue
-			}
-			if h.Mode != 0o755 || h.Typeflag != tar.TypeReg {
-				t.Errorf("/%s: type %c mode %o, want a 0755 file", h.Name, h.Typeflag, h.Mode)
-			}
-			p := filepath.Join(dir, h.Name)
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(f, tr); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			out[h.Name] = p
+		if !want[h.Name] {
+			continue
 		}
-		_ = rc.Close()
+		if h.Mode != 0o755 || h.Typeflag != tar.TypeReg {
+			t.Errorf("/%s: type %c mode %o, want a 0755 file", h.Name, h.Typeflag, h.Mode)
+		}
+		p := filepath.Join(dir, h.Name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = p
 	}
 	for _, n := range names {
 		if out[n] == "" {

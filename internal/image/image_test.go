@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -54,40 +55,37 @@ type entry struct {
 	body string
 }
 
-// files reads the image's filesystem back, layer by layer, as a runtime
-// would unpack it.
+// files reads the image's filesystem back as a runtime unpacks it
+// (go-containerregistry's mutate.Extract), after checking that every layer
+// is an OCI one.
 func files(t *testing.T, img v1.Image) map[string]entry {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]entry{}
 	for _, l := range layers {
-		mt, err := l.MediaType()
-		if err != nil || mt != types.OCILayer {
+		if mt, err := l.MediaType(); err != nil || mt != types.OCILayer {
 			t.Fatalf("layer media type %q (%v), want %q", mt, err, types.OCILayer)
 		}
-		rc, err := l.Uncompressed()
+	}
+	out := map[string]entry{}
+	rc := mutate.Extract(img)
+	defer func() { _ = rc.Close() }()
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[strings.TrimSuffix(h.Name, "/")] = entry{hdr: h, body: string(b)}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
 		}
-		_ = rc.Close()
+		out[strings.TrimSuffix(h.Name, "/")] = entry{hdr: h, body: string(b)}
 	}
 	return out
 }
