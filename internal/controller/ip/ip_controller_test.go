@@ -72,6 +72,55 @@ func (f *fixture) ip(name string) *ipv1.IP {
 	return ip
 }
 
+// holderAndStandby makes IP name in a new pool of cidr (named f.name("pool")),
+// claimed by a holder on a first node and, younger, a standby on a second,
+// each with an agent, and waits until the holder is confirmed and the
+// standby listed.
+func (f *fixture) holderAndStandby(name, cidr, holderIP, standbyIP string) (n1, n2 string, a1 *fakeAgent) {
+	f.T.Helper()
+	pool := f.name("pool")
+	f.pool(pool, cidr)
+	n1, n2 = f.node(f.name("a")), f.node(f.name("b"))
+	a1 = startAgent(f.T, n1)
+	startAgent(f.T, n2)
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, holderIP)
+	f.G.Eventually(func() string { return f.ip(name).Status.AttachedPod }, testenv.WaitFor).ShouldNot(BeEmpty())
+	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
+	f.pod(f.name("second"), name, n2, standbyIP)
+	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
+	return n1, n2, a1
+}
+
+// heldBy makes IP name in a new pool of cidr (named f.name("pool")),
+// claimed by one pod (f.name(pod), podIP) on a node with an agent, and
+// waits until that node is attached. It returns the node's agent and the
+// pod.
+func (f *fixture) heldBy(name, cidr, pod, podIP string) (*fakeAgent, *corev1.Pod) {
+	f.T.Helper()
+	pool := f.name("pool")
+	f.pool(pool, cidr)
+	node := f.node(f.name("n"))
+	agent := startAgent(f.T, node)
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	p := f.pod(f.name(pod), name, node, podIP)
+	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(Equal(node))
+	return agent, p
+}
+
+// readyAttachedOn waits until IP name is attached on node and Ready, and
+// returns it.
+func (f *fixture) readyAttachedOn(name, node string) *ipv1.IP {
+	f.T.Helper()
+	var ip *ipv1.IP
+	f.G.Eventually(func(g Gomega) {
+		ip = f.ip(name)
+		g.Expect(ip.Status.AttachedNode).To(Equal(node))
+		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	}, testenv.WaitFor).Should(Succeed())
+	return ip
+}
+
 func condition(ip *ipv1.IP, t string) metav1.Condition {
 	if c := meta.FindStatusCondition(ip.Status.Conditions, t); c != nil {
 		return *c
@@ -162,25 +211,12 @@ func TestConcurrentCreationsOfOneAddress(t *testing.T) {
 // healthy node takes over once the lease has run out.
 func TestFailoverToStandbyWhenTheNodeIsLost(t *testing.T) {
 	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.0/29")
-	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
-	a1 := startAgent(t, n1)
-	startAgent(t, n2)
-	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("first"), name, n1, "192.0.2.11")
-	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(Equal(n1))
-	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
-	f.pod(f.name("second"), name, n2, "192.0.2.12")
-	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(Equal([]string{"default/" + f.name("second")}))
+	name := f.name("ip")
+	n1, n2, a1 := f.holderAndStandby(name, "203.0.113.0/29", "192.0.2.11", "192.0.2.12")
+	f.G.Expect(f.ip(name).Status.Standbys).To(Equal([]string{"default/" + f.name("second")}))
 
 	a1.stop()
-	f.G.Eventually(func(g Gomega) {
-		ip := f.ip(name)
-		g.Expect(ip.Status.Node).To(Equal(n2))
-		g.Expect(ip.Status.AttachedNode).To(Equal(n2))
-		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
-	}, testenv.WaitFor).Should(Succeed())
+	f.G.Expect(f.readyAttachedOn(name, n2).Status.Node).To(Equal(n2))
 	// Not before the 1 s lease ran out after the last renewal the API
 	// server took (a renewal cut short by stop may or may not have
 	// landed: the Lease says which): the lost node had to have fenced
@@ -224,13 +260,8 @@ func TestHandOverWaitsForTheOldNodeToLetGo(t *testing.T) {
 // Deleting an IP detaches it first, then releases the address.
 func TestDeleteDetachesThenReleases(t *testing.T) {
 	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.16/29")
-	node := f.node(f.name("n"))
-	agent := startAgent(t, node)
-	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("app"), name, node, "192.0.2.31")
-	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(Equal(node))
+	name := f.name("ip")
+	agent, _ := f.heldBy(name, "203.0.113.16/29", "app", "192.0.2.31")
 	addr := f.ip(name).Status.Address
 
 	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
@@ -320,17 +351,11 @@ func k8sWatch(ctx context.Context, name string) (func() []ipv1.IP, error) {
 // is removed once handled.
 func TestManualMove(t *testing.T) {
 	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.32/29")
-	n1, n2 := f.node(f.name("a")), f.node(f.name("b"))
-	startAgent(t, n1)
-	startAgent(t, n2)
-	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("first"), name, n1, "192.0.2.51")
-	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(Equal(n1))
-	f.pod(f.name("second"), name, n2, "192.0.2.52")
+	name := f.name("ip")
+	n1, n2, _ := f.holderAndStandby(name, "203.0.113.32/29", "192.0.2.51", "192.0.2.52")
 	standby := "default/" + f.name("second")
-	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(Equal([]string{standby}))
+	f.G.Expect(f.ip(name).Status.Standbys).To(Equal([]string{standby}))
+	f.G.Expect(f.ip(name).Status.AttachedNode).To(Equal(n1))
 
 	annotate := func(to string) {
 		ip := f.ip(name)
@@ -391,13 +416,8 @@ func TestReassignMovesToTheNewAddress(t *testing.T) {
 // its Deployment recreates it elsewhere without waiting for eviction.
 func TestStalePodOnALostNodeIsDeleted(t *testing.T) {
 	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.pool(pool, "203.0.113.48/29")
-	node := f.node(f.name("n"))
-	agent := startAgent(t, node)
-	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	p := f.pod(f.name("only"), name, node, "192.0.2.71")
-	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(Equal(node))
+	name := f.name("ip")
+	agent, p := f.heldBy(name, "203.0.113.48/29", "only", "192.0.2.71")
 
 	agent.stop()
 	f.G.Eventually(func(g Gomega) {

@@ -40,26 +40,6 @@ func (f *fixture) podIn(ns, name, ip, node, podIP string, labels map[string]stri
 	return p
 }
 
-// holderAndStandby makes IP name in a new pool of cidr (named f.name("pool")),
-// claimed by a holder on a first node and, younger, a standby on a second,
-// each with an agent, and waits until the holder is confirmed and the
-// standby listed.
-func (f *fixture) holderAndStandby(name, cidr, holderIP, standbyIP string) (n1, n2 string, a1 *fakeAgent) {
-	f.T.Helper()
-	pool := f.name("pool")
-	f.pool(pool, cidr)
-	n1, n2 = f.node(f.name("a")), f.node(f.name("b"))
-	a1 = startAgent(f.T, n1)
-	startAgent(f.T, n2)
-	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
-	f.pod(f.name("first"), name, n1, holderIP)
-	f.G.Eventually(func() string { return f.ip(name).Status.AttachedPod }, testenv.WaitFor).ShouldNot(BeEmpty())
-	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
-	f.pod(f.name("second"), name, n2, standbyIP)
-	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
-	return n1, n2, a1
-}
-
 // A pod in a namespace the IP's pool does not allow never holds the IP and
 // is never a standby, although it claimed first (older); it is told why.
 func TestOnlyAllowedPodsClaim(t *testing.T) {
@@ -260,12 +240,7 @@ func TestShrunkPoolKeepsTheAddressAndItsFailover(t *testing.T) {
 		ContainSubstring("stays reserved for this IP although"))
 
 	a1.stop()
-	f.G.Eventually(func(g Gomega) {
-		ip := f.ip(name)
-		g.Expect(ip.Status.Address).To(Equal(addr))
-		g.Expect(ip.Status.AttachedNode).To(Equal(n2))
-		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
-	}, testenv.WaitFor).Should(Succeed())
+	f.G.Expect(f.readyAttachedOn(name, n2).Status.Address).To(Equal(addr))
 }
 
 // Addresses that no node may answer for are never attached, and say why.
