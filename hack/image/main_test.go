@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -19,10 +18,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kubext/kubext/internal/image"
+	"github.com/kubext/kubext/internal/image/imagetest"
 	"github.com/kubext/kubext/internal/installer"
 )
 
@@ -195,7 +194,7 @@ func writeFile(t *testing.T, content string) string {
 }
 
 // extract writes the named binaries of img's filesystem, as a runtime
-// unpacks it (go-containerregistry's mutate.Extract), to a directory, with
+// unpacks it (imagetest.Walk), to a directory, with
 // the mode the image gives them, and checks that mode.
 func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 	t.Helper()
@@ -205,19 +204,9 @@ func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 		want[n] = true
 	}
 	out := map[string]string{}
-	rc := mutate.Extract(img)
-	defer func() { _ = rc.Close() }()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	imagetest.Walk(t, img, func(h *tar.Header, content io.Reader) {
 		if !want[h.Name] {
-			continue
+			return
 		}
 		if h.Mode != 0o755 || h.Typeflag != tar.TypeReg {
 			t.Errorf("/%s: type %c mode %o, want a 0755 file", h.Name, h.Typeflag, h.Mode)
@@ -227,14 +216,14 @@ func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.Copy(f, tr); err != nil {
+		if _, err := io.Copy(f, content); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Close(); err != nil {
 			t.Fatal(err)
 		}
 		out[h.Name] = p
-	}
+	})
 	for _, n := range names {
 		if out[n] == "" {
 			t.Fatalf("no /%s in the image", n)

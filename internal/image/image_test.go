@@ -2,7 +2,6 @@ package image
 
 import (
 	"archive/tar"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,8 +10,9 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kubext/kubext/internal/image/imagetest"
 )
 
 var testCreated = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -56,7 +56,7 @@ type entry struct {
 }
 
 // files reads the image's filesystem back as a runtime unpacks it
-// (go-containerregistry's mutate.Extract), after checking that every layer
+// (imagetest.Walk), after checking that every layer
 // is an OCI one.
 func files(t *testing.T, img v1.Image) map[string]entry {
 	t.Helper()
@@ -70,23 +70,13 @@ func files(t *testing.T, img v1.Image) map[string]entry {
 		}
 	}
 	out := map[string]entry{}
-	rc := mutate.Extract(img)
-	defer func() { _ = rc.Close() }()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
+	imagetest.Walk(t, img, func(h *tar.Header, content io.Reader) {
+		b, err := io.ReadAll(content)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out[strings.TrimSuffix(h.Name, "/")] = entry{hdr: h, body: string(b)}
-	}
+	})
 	return out
 }
 
