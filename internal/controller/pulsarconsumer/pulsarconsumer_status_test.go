@@ -42,8 +42,17 @@ func depCondition(t appsv1.DeploymentConditionType, s corev1.ConditionStatus, re
 	return appsv1.DeploymentCondition{Type: t, Status: s, Reason: reason, Message: "m"}
 }
 
+// rollout is a Deployment its controller has seen (generation 2) with
+// replicas pods, updated of the current spec, available of them available,
+// Available True and Progressing True for reason progressing.
+func rollout(replicas, updated, available int32, progressing string) *appsv1.Deployment {
+	return deployment(2, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: replicas, UpdatedReplicas: updated, AvailableReplicas: available,
+		Conditions: []appsv1.DeploymentCondition{
+			depCondition(appsv1.DeploymentAvailable, corev1.ConditionTrue, "MinimumReplicasAvailable"),
+			depCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, progressing)}})
+}
+
 func TestObserve(t *testing.T) {
-	available := depCondition(appsv1.DeploymentAvailable, corev1.ConditionTrue, "MinimumReplicasAvailable")
 	for _, tc := range []struct {
 		name string
 		dep  *appsv1.Deployment
@@ -54,21 +63,15 @@ func TestObserve(t *testing.T) {
 		want: reasons{"Unknown/DeploymentPending", "True/RolloutPending", "False/AsExpected"},
 	}, {
 		name: "all available",
-		dep: deployment(2, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 3, UpdatedReplicas: 3, AvailableReplicas: 3,
-			Conditions: []appsv1.DeploymentCondition{available,
-				depCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, "NewReplicaSetAvailable")}}),
+		dep:  rollout(3, 3, 3, "NewReplicaSetAvailable"),
 		want: reasons{"True/MinimumReplicasAvailable", "False/RolloutComplete", "False/AsExpected"},
 	}, {
 		name: "rolling out",
-		dep: deployment(2, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 4, UpdatedReplicas: 1, AvailableReplicas: 3,
-			Conditions: []appsv1.DeploymentCondition{available,
-				depCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, "ReplicaSetUpdated")}}),
+		dep:  rollout(4, 1, 3, "ReplicaSetUpdated"),
 		want: reasons{"True/MinimumReplicasAvailable", "True/ReplicaSetUpdated", "False/AsExpected"},
 	}, {
 		name: "scaling after a complete rollout",
-		dep: deployment(2, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2,
-			Conditions: []appsv1.DeploymentCondition{available,
-				depCondition(appsv1.DeploymentProgressing, corev1.ConditionTrue, "NewReplicaSetAvailable")}}),
+		dep:  rollout(2, 2, 2, "NewReplicaSetAvailable"),
 		want: reasons{"True/MinimumReplicasAvailable", "True/Scaling", "False/AsExpected"},
 	}, {
 		name: "deadline exceeded",
