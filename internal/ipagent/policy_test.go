@@ -344,7 +344,7 @@ func agentClient(t *testing.T, in install, node string) client.Client {
 	if node != "" {
 		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
