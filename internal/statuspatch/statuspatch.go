@@ -3,9 +3,9 @@
 // patch conditional on the version it was computed from; and Error, the
 // failure that carries the condition reason the status shows for it.
 //
-// The rules it keeps are the reconciler skeleton's (docs: STYLE.md). A
-// reconcile with nothing to report writes nothing: comparing with the
-// object as read costs nothing, a write wakes every watcher. A write is
+// The rules it keeps are those of every kubext reconciler. A reconcile
+// with nothing to report writes nothing: comparing with the object as read
+// costs nothing, a write wakes every watcher. A write is
 // never blind: it is a merge patch carrying the resourceVersion read, so a
 // status computed from an old version (another replica, an agent writing
 // the same object) is refused, and the next reconcile computes it again
@@ -13,6 +13,18 @@
 // finished with the generation it read: it succeeded, or refused the spec
 // for good (a terminal error), so a user can tell "not looked at yet" from
 // "looked at and refused".
+//
+// A reconciler uses it so (internal/controller/crontab is the shortest):
+//
+//	if added, err := statuspatch.AddFinalizer(ctx, r.Client, obj, finalizer); err != nil || added {
+//		return ctrl.Result{}, err // only where external cleanup is needed
+//	}
+//	status := statuspatch.New(r.Client, obj, statusFields)
+//	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, obj, reterr)) }()
+//	err := r.reconcileChild(ctx, obj) // returns statuspatch.Failed or Refused
+//	if failure := statuspatch.As(err); failure != nil {
+//		setCondition(obj, metav1.ConditionFalse, failure.Reason, failure.Message)
+//	}
 //
 // After Cluster API's util/patch and util/finalizers and Flux's serror,
 // reduced to what kubext's typed objects need.
