@@ -79,7 +79,7 @@ verify-generated: generate manifests ## Fail when generated code or CRDs are out
 
 .PHONY: test
 test: tools build test-deps ## Run all tests: unit, envtest, lab e2e (network parts need root).
-	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+	go test $(GO_TEST_FLAGS) -race $$(go list ./... | grep -v /test/e2e)
 	$(LAB_LOCK) go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: test-unit

@@ -30,7 +30,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
-	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
@@ -76,13 +75,8 @@ func run(ctx context.Context, args []string) error {
 		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
+	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
-	}
-	if *showVersion {
-		fmt.Println(version.Get())
-		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
 	if node == "" {
@@ -176,7 +170,7 @@ func run(ctx context.Context, args []string) error {
 	hb, err = heartbeat.New(heartbeat.Config{
 		Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
 		Namespace:     namespace,
-		Component:     ipcontroller.AgentComponent,
+		Component:     ipv1.AgentComponent,
 		Node:          node,
 		Duration:      leaseDuration,
 		RenewInterval: renewInterval,
@@ -216,7 +210,7 @@ func run(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipcontroller.AgentComponent, node), "leaseDuration", leaseDuration)
+	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipv1.AgentComponent, node), "leaseDuration", leaseDuration)
 	err = mgr.Start(ctx)
 	// Leaving: remove what this node programmed so nothing answers for an
 	// IP without an agent behind it. Fence rather than flush: a refresh

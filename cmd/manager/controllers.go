@@ -77,7 +77,7 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	r := &ipcontroller.Reconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("ip-controller"),
-		Health:          heartbeat.NewTracker(ipcontroller.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
+		Health:          heartbeat.NewTracker(ipv1.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
 		DeleteStalePods: o.ipDeleteStalePods,
 	}
 	aws, err := o.aws.provider(ctx)

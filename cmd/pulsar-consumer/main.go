@@ -27,10 +27,8 @@ import (
 func main() {
 	// Configured from the environment only; the one flag is --version.
 	fs := flag.NewFlagSet("pulsar-consumer", flag.ExitOnError)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	_ = fs.Parse(os.Args[1:])
-	if *showVersion {
-		fmt.Println(version.Get())
+	// ExitOnError: Parse exits on a bad flag itself.
+	if printed, _ := version.Parse(fs, os.Args[1:], os.Stdout); printed {
 		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -39,13 +39,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		fs.PrintDefaults()
 	}
 	timeout := fs.Duration("timeout", 30*time.Second, "How long to wait for the broker to take the message, connection included.")
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
+	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
-	}
-	if *showVersion {
-		fmt.Println(version.Get())
-		return nil
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("--timeout is %s, want a positive duration", *timeout)

@@ -51,13 +51,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")
 	opts := zap.Options{Development: true}
 	opts.BindFlags(fs)
-	showVersion := fs.Bool("version", false, "Print the version and exit.")
-	if err := fs.Parse(args); err != nil {
+	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
-	}
-	if *showVersion {
-		fmt.Println(version.Get())
-		return nil
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", a.Node))
 	if a.Node == "" {

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -22,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/kubext/kubext/internal/image"
+	"github.com/kubext/kubext/internal/image/imagetest"
 	"github.com/kubext/kubext/internal/installer"
 )
 
@@ -193,8 +193,9 @@ func writeFile(t *testing.T, content string) string {
 	return p
 }
 
-// extract writes the named binaries of img's filesystem to a directory,
-// with the mode the image gives them, and checks that mode.
+// extract writes the named binaries of img's filesystem, as a runtime
+// unpacks it (imagetest.Walk), to a directory, with
+// the mode the image gives them, and checks that mode.
 func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
@@ -203,45 +204,26 @@ func extract(t *testing.T, img v1.Image, names []string) map[string]string {
 		want[n] = true
 	}
 	out := map[string]string{}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		rc, err := l.Uncompressed()
+	imagetest.Walk(t, img, func(h *tar.Header, content io.Reader) {
+		if !want[h.Name] {
+			return
+		}
+		if h.Mode != 0o755 || h.Typeflag != tar.TypeReg {
+			t.Errorf("/%s: type %c mode %o, want a 0755 file", h.Name, h.Typeflag, h.Mode)
+		}
+		p := filepath.Join(dir, h.Name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode))
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !want[h.Name] {
-				continue
-			}
-			if h.Mode != 0o755 || h.Typeflag != tar.TypeReg {
-				t.Errorf("/%s: type %c mode %o, want a 0755 file", h.Name, h.Typeflag, h.Mode)
-			}
-			p := filepath.Join(dir, h.Name)
-			f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_EXCL, os.FileMode(h.Mode))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(f, tr); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			out[h.Name] = p
+		if _, err := io.Copy(f, content); err != nil {
+			t.Fatal(err)
 		}
-		_ = rc.Close()
-	}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = p
+	})
 	for _, n := range names {
 		if out[n] == "" {
 			t.Fatalf("no /%s in the image", n)

@@ -2,7 +2,6 @@ package image
 
 import (
 	"archive/tar"
-	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kubext/kubext/internal/image/imagetest"
 )
 
 var testCreated = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
@@ -54,41 +55,28 @@ type entry struct {
 	body string
 }
 
-// files reads the image's filesystem back, layer by layer, as a runtime
-// would unpack it.
+// files reads the image's filesystem back as a runtime unpacks it
+// (imagetest.Walk), after checking that every layer
+// is an OCI one.
 func files(t *testing.T, img v1.Image) map[string]entry {
 	t.Helper()
 	layers, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]entry{}
 	for _, l := range layers {
-		mt, err := l.MediaType()
-		if err != nil || mt != types.OCILayer {
+		if mt, err := l.MediaType(); err != nil || mt != types.OCILayer {
 			t.Fatalf("layer media type %q (%v), want %q", mt, err, types.OCILayer)
 		}
-		rc, err := l.Uncompressed()
+	}
+	out := map[string]entry{}
+	imagetest.Walk(t, img, func(h *tar.Header, content io.Reader) {
+		b, err := io.ReadAll(content)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(tr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[strings.TrimSuffix(h.Name, "/")] = entry{hdr: h, body: string(b)}
-		}
-		_ = rc.Close()
-	}
+		out[strings.TrimSuffix(h.Name, "/")] = entry{hdr: h, body: string(b)}
+	})
 	return out
 }
 

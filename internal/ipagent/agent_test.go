@@ -11,11 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // quiet is how long a test watches for something that must not happen:
@@ -23,12 +23,7 @@ import (
 const quiet = time.Second
 
 // fixture names objects uniquely per test so tests share one API server.
-type fixture struct {
-	t   *testing.T
-	g   *WithT
-	ctx context.Context
-	id  string
-}
+type fixture struct{ *testenv.Fixture }
 
 // newFixture also checks, when the test ends, that the agent kept the
 // protocol throughout (see fakeDataplane).
@@ -39,26 +34,26 @@ func newFixture(t *testing.T) *fixture {
 			t.Errorf("protocol violations: %q", v)
 		}
 	})
-	return &fixture{t: t, g: NewWithT(t), ctx: context.Background(), id: rand.String(5)}
+	return &fixture{testenv.NewFixture(t, k8s)}
 }
 
-func (f *fixture) name(s string) string { return s + "-" + f.id }
+func (f *fixture) name(s string) string { return s + "-" + f.ID }
 
 // pod creates a pod on node with podIP (none if empty) and returns it as
 // namespace/name, the way status.pod names the holder.
 func (f *fixture) pod(name, node, podIP string) string {
-	f.t.Helper()
+	f.T.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: f.name(name)},
 		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
-	f.g.Expect(k8s.Create(f.ctx, p)).To(Succeed())
-	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+	f.G.Expect(k8s.Create(f.Ctx, p)).To(Succeed())
+	f.T.Cleanup(func() { _ = k8s.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	if podIP != "" {
 		orig := p.DeepCopy()
 		p.Status.Phase = corev1.PodRunning
 		p.Status.PodIP, p.Status.PodIPs = podIP, []corev1.PodIP{{IP: podIP}}
-		f.g.Expect(k8s.Status().Patch(f.ctx, p, client.MergeFrom(orig))).To(Succeed())
+		f.G.Expect(k8s.Status().Patch(f.Ctx, p, client.MergeFrom(orig))).To(Succeed())
 	}
 	return p.Namespace + "/" + p.Name
 }
@@ -66,10 +61,10 @@ func (f *fixture) pod(name, node, podIP string) string {
 // ip creates an IP for addr with the status the controller would have
 // written.
 func (f *fixture) ip(name, addr string, status ipv1.IPStatus) string {
-	f.t.Helper()
+	f.T.Helper()
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.name(name)}, Spec: ipv1.IPSpec{Address: addr}}
-	f.g.Expect(k8s.Create(f.ctx, ip)).To(Succeed())
-	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), ip) })
+	f.G.Expect(k8s.Create(f.Ctx, ip)).To(Succeed())
+	f.T.Cleanup(func() { _ = k8s.Delete(context.Background(), ip) })
 	status.Address, status.Assigned = addr, true
 	f.setStatus(ip.Name, func(s *ipv1.IPStatus) { *s = status })
 	return ip.Name
@@ -78,19 +73,19 @@ func (f *fixture) ip(name, addr string, status ipv1.IPStatus) string {
 // setStatus changes an IP's status as the controller (or another node's
 // agent) would.
 func (f *fixture) setStatus(name string, change func(*ipv1.IPStatus)) {
-	f.t.Helper()
+	f.T.Helper()
 	ip := &ipv1.IP{}
-	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
 	orig := ip.DeepCopy()
 	change(&ip.Status)
-	f.g.Expect(k8s.Status().Patch(f.ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+	f.G.Expect(k8s.Status().Patch(f.Ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))).To(Succeed())
 }
 
 // attachedNode is the IP's status.attachedNode as the API server has it.
 func (f *fixture) attachedNode(name string) func() string {
 	return func() string {
 		ip := &ipv1.IP{}
-		f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+		f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
 		return ip.Status.AttachedNode
 	}
 }
@@ -99,7 +94,7 @@ func (f *fixture) attachedNode(name string) func() string {
 func (f *fixture) attachedPod(name string) func() string {
 	return func() string {
 		ip := &ipv1.IP{}
-		f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+		f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
 		return ip.Status.AttachedPod
 	}
 }
@@ -107,14 +102,14 @@ func (f *fixture) attachedPod(name string) func() string {
 // holder is the IP's status.pod.
 func (f *fixture) holder(name string) string {
 	ip := &ipv1.IP{}
-	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
 	return ip.Status.Pod
 }
 
 // placedHere creates an IP placed on this node, with its holder pod
 // running here with podIP.
 func (f *fixture) placedHere(name, addr, podIP string) string {
-	f.t.Helper()
+	f.T.Helper()
 	pod := f.pod(name, thisNode, podIP)
 	return f.ip(name, addr, ipv1.IPStatus{Node: thisNode, Pod: pod})
 }
@@ -122,10 +117,10 @@ func (f *fixture) placedHere(name, addr, podIP string) string {
 // attached creates an IP placed on this node and waits until the agent
 // has attached it.
 func (f *fixture) attached(name, addr, podIP string) string {
-	f.t.Helper()
+	f.T.Helper()
 	ip := f.placedHere(name, addr, podIP)
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
-	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
+	f.G.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 	return ip
 }
 
@@ -141,10 +136,10 @@ func TestAttachesAnIPPlacedHere(t *testing.T) {
 	ip := f.placedHere("ip", "192.0.2.11", "10.244.1.11")
 
 	want := assignment("192.0.2.11", "10.244.1.11")
-	f.g.Eventually(dp.lastApplied, waitFor).Should(ContainElement(want))
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
-	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
-	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
+	f.G.Eventually(dp.lastApplied, testenv.WaitFor).Should(ContainElement(want))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
+	f.G.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
+	f.G.Expect(dp.programmed(want.Address)).To(Equal(want))
 }
 
 // The agent programs only what is placed on its node and not attached
@@ -174,7 +169,7 @@ func TestLeavesOtherNodesIPsAlone(t *testing.T) {
 	for i, c := range cases {
 		ips[i] = f.ip(c.addr, c.addr, c.status)
 	}
-	f.g.Consistently(func(g Gomega) {
+	f.G.Consistently(func(g Gomega) {
 		for i, c := range cases {
 			g.Expect(dp.everApplied(netip.MustParseAddr(c.addr))).To(BeFalse(), c.addr)
 			g.Expect(f.attachedNode(ips[i])()).To(Equal(c.status.AttachedNode), c.addr)
@@ -189,12 +184,12 @@ func TestTakesOverOnlyAfterTheOtherNodeReleased(t *testing.T) {
 	pod := f.pod("app", thisNode, "10.244.1.13")
 	ip := f.ip("ip", "192.0.2.13", ipv1.IPStatus{Node: thisNode, Pod: pod, AttachedNode: otherNode})
 	want := assignment("192.0.2.13", "10.244.1.13")
-	f.g.Consistently(func() bool { return dp.everApplied(want.Address) }, quiet, 100*time.Millisecond).Should(BeFalse())
+	f.G.Consistently(func() bool { return dp.everApplied(want.Address) }, quiet, 100*time.Millisecond).Should(BeFalse())
 
 	f.setStatus(ip, func(s *ipv1.IPStatus) { s.AttachedNode = "" }) // the other agent releases it
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(pod))
-	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
-	f.g.Expect(dp.programmed(want.Address)).To(Equal(want))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+	f.G.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
+	f.G.Expect(dp.programmed(want.Address)).To(Equal(want))
 }
 
 // An IP that moved to another node is removed from the kernel, and the
@@ -208,16 +203,16 @@ func TestReleasesAnIPThatMovedAway(t *testing.T) {
 
 	release := dp.linger(t, addr)
 	f.setStatus(ip, func(s *ipv1.IPStatus) { s.Node, s.Pod = otherNode, there })
-	f.g.Eventually(dp.lastApplied, waitFor).ShouldNot(ContainElement(HaveField("Address", addr)))
-	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode),
+	f.G.Eventually(dp.lastApplied, testenv.WaitFor).ShouldNot(ContainElement(HaveField("Address", addr)))
+	f.G.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode),
 		"released while the kernel still had the address")
 
-	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty(), "the kernel no longer forwards to the pod")
+	f.G.Expect(f.attachedPod(ip)()).To(BeEmpty(), "the kernel no longer forwards to the pod")
 
 	release()
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(BeEmpty())
-	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty())
-	f.g.Expect(dp.programmed(addr)).To(BeZero())
+	f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(BeEmpty())
+	f.G.Expect(f.attachedPod(ip)()).To(BeEmpty())
+	f.G.Expect(dp.programmed(addr)).To(BeZero())
 }
 
 // Without its Lease the agent answers for nothing: fencing flushes the
@@ -232,13 +227,13 @@ func TestAnswersForNothingWithoutTheLease(t *testing.T) {
 	flushes := dp.flushCount()
 	lease.held.Store(false)
 	agent.Fence() // what the heartbeat calls when the Lease lapses
-	f.g.Expect(dp.flushCount()).To(Equal(flushes + 1))
-	f.g.Expect(dp.programmed(netip.MustParseAddr("192.0.2.16"))).To(BeZero())
+	f.G.Expect(dp.flushCount()).To(Equal(flushes + 1))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.16"))).To(BeZero())
 
 	during := f.placedHere("during", "192.0.2.17", "10.244.1.17")
-	f.g.Eventually(dp.lastApplied, waitFor).Should(BeEmpty())
-	f.g.Eventually(f.attachedNode(before), waitFor).Should(BeEmpty())
-	f.g.Consistently(func(g Gomega) {
+	f.G.Eventually(dp.lastApplied, testenv.WaitFor).Should(BeEmpty())
+	f.G.Eventually(f.attachedNode(before), testenv.WaitFor).Should(BeEmpty())
+	f.G.Consistently(func(g Gomega) {
 		g.Expect(dp.lastApplied()).To(BeEmpty())
 		g.Expect(f.attachedNode(during)()).To(BeEmpty())
 		g.Expect(f.attachedNode(before)()).To(BeEmpty())
@@ -246,8 +241,8 @@ func TestAnswersForNothingWithoutTheLease(t *testing.T) {
 
 	lease.held.Store(true)
 	agent.Regained()
-	f.g.Eventually(f.attachedPod(before), waitFor).Should(Equal(f.holder(before)))
-	f.g.Eventually(f.attachedPod(during), waitFor).Should(Equal(f.holder(during)))
+	f.G.Eventually(f.attachedPod(before), testenv.WaitFor).Should(Equal(f.holder(before)))
+	f.G.Eventually(f.attachedPod(during), testenv.WaitFor).Should(Equal(f.holder(during)))
 }
 
 // An address the kernel has but forwarding to another pod address than the
@@ -260,21 +255,21 @@ func TestPartialProgrammingIsNotReported(t *testing.T) {
 	fix := dp.forwardElsewhere(t, addr, netip.MustParseAddr("10.244.9.9"))
 	ip := f.placedHere("ip", addr.String(), "10.244.1.18")
 
-	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
-	f.g.Consistently(func(g Gomega) {
+	f.G.Eventually(dp.programmed, testenv.WaitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
+	f.G.Consistently(func(g Gomega) {
 		g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 		g.Expect(f.attachedPod(ip)()).To(BeEmpty())
 	}, quiet, 100*time.Millisecond).Should(Succeed())
 
 	fix()
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
 
 	fix = dp.forwardElsewhere(t, addr, netip.MustParseAddr("10.244.9.9"))
-	f.g.Eventually(dp.programmed, waitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(BeEmpty())
-	f.g.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode))
+	f.G.Eventually(dp.programmed, testenv.WaitFor).WithArguments(addr).Should(HaveField("PodIP", netip.MustParseAddr("10.244.9.9")))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(BeEmpty())
+	f.G.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(Equal(thisNode))
 	fix()
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
 }
 
 // An address the kernel refuses is reported to the user as a Warning
@@ -285,15 +280,15 @@ func TestReportsAttachFailures(t *testing.T) {
 	fix := dp.fail(t, addr, errors.New("address configured by someone else on eth-test"))
 	ip := f.placedHere("ip", addr.String(), "10.244.1.19")
 
-	f.g.Eventually(func() []eventsv1.Event { return ipEvents(f.ctx, ip) }, waitFor).Should(ContainElement(And(
+	f.G.Eventually(func() []eventsv1.Event { return ipEvents(f.Ctx, ip) }, testenv.WaitFor).Should(ContainElement(And(
 		HaveField("Type", corev1.EventTypeWarning),
 		HaveField("Reason", "AttachFailed"),
 		HaveField("Note", "Node node-a could not attach 192.0.2.19: address configured by someone else on eth-test"),
 	)))
-	f.g.Expect(f.attachedPod(ip)()).To(BeEmpty())
+	f.G.Expect(f.attachedPod(ip)()).To(BeEmpty())
 
 	fix()
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
 }
 
 // ipEvents are the Events about an IP (cluster-scoped objects' Events are

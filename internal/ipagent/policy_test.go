@@ -23,6 +23,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // install is where and under what names a user installs kubext: the
@@ -87,7 +88,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		err := own.Create(ctx, lease(in.namespace, "ip-agent-"+node2, node2), client.DryRunAll)
 		refused(g, err, "may write only its own heartbeat Lease")
 		g.Expect(strings.Count(err.Error(), "ValidatingAdmissionPolicy '")).To(Equal(1), "refused by this install's policy only")
-	}, waitFor, 100*time.Millisecond).Should(Succeed())
+	}, testenv.WaitFor, 100*time.Millisecond).Should(Succeed())
 
 	// An IP placed on node-1, as the manager writes it.
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -300,7 +301,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		// Until the RBAC is loaded, RBAC refuses instead.
 		g.Eventually(func(g Gomega) {
 			refused(g, own.Delete(ctx, otherHB.DeepCopy()), "not DELETE Lease "+in.namespace+"/ip-agent-node-2")
-		}, waitFor, 100*time.Millisecond).Should(Succeed())
+		}, testenv.WaitFor, 100*time.Millisecond).Should(Succeed())
 		refused(g, own.Delete(ctx, leader.DeepCopy()), "not DELETE Lease "+in.namespace+"/manager.kubext.io")
 		refused(g, own.Create(ctx, lease("default", "ip-agent-"+node1, node1)), "not CREATE Lease default/ip-agent-node-1")
 		g.Expect(own.Delete(ctx, lease(in.namespace, "ip-agent-"+node1, node1))).To(Succeed(), "its own heartbeat")
@@ -343,7 +344,7 @@ func agentClient(t *testing.T, in install, node string) client.Client {
 	if node != "" {
 		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

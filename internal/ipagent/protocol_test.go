@@ -17,6 +17,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // The order of the protocol, checked at every Apply and status write by
@@ -31,13 +32,13 @@ func TestClaimsBeforeProgrammingAndConfirmsAfter(t *testing.T) {
 
 	// Claimed though the kernel refuses it: the node may be answering in
 	// part. Not confirmed.
-	f.g.Eventually(f.attachedNode(ip), waitFor).Should(Equal(thisNode))
-	f.g.Consistently(f.attachedPod(ip), quiet, 100*time.Millisecond).Should(BeEmpty())
-	f.g.Expect(dp.programmed(addr)).To(BeZero())
+	f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(Equal(thisNode))
+	f.G.Consistently(f.attachedPod(ip), quiet, 100*time.Millisecond).Should(BeEmpty())
+	f.G.Expect(dp.programmed(addr)).To(BeZero())
 
 	fix()
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(f.holder(ip)))
-	f.g.Expect(dp.everApplied(addr)).To(BeTrue())
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
+	f.G.Expect(dp.everApplied(addr)).To(BeTrue())
 }
 
 type netconfError string
@@ -52,9 +53,9 @@ func TestRepointsToANewHolderOnTheSameNode(t *testing.T) {
 	next := f.pod("next", thisNode, "10.244.1.33")
 
 	f.setStatus(ip, func(s *ipv1.IPStatus) { s.Pod = next })
-	f.g.Eventually(f.attachedPod(ip), waitFor).Should(Equal(next))
-	f.g.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
-	f.g.Expect(dp.programmed(netip.MustParseAddr("192.0.2.32"))).To(Equal(assignment("192.0.2.32", "10.244.1.33")))
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(next))
+	f.G.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.32"))).To(Equal(assignment("192.0.2.32", "10.244.1.33")))
 }
 
 // A pod on the host network is never a holder the node attaches: its
@@ -67,20 +68,20 @@ func TestNeverAttachesAHostNetworkPod(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: thisNode, HostNetwork: true,
 			Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
 	}
-	f.g.Expect(k8s.Create(f.ctx, p)).To(Succeed())
+	f.G.Expect(k8s.Create(f.Ctx, p)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	orig := p.DeepCopy()
 	p.Status.Phase = corev1.PodRunning
 	p.Status.PodIP, p.Status.PodIPs = "10.0.0.34", []corev1.PodIP{{IP: "10.0.0.34"}}
-	f.g.Expect(k8s.Status().Patch(f.ctx, p, client.MergeFrom(orig))).To(Succeed())
+	f.G.Expect(k8s.Status().Patch(f.Ctx, p, client.MergeFrom(orig))).To(Succeed())
 	ip := f.ip("ip", "192.0.2.34", ipv1.IPStatus{Node: thisNode, Pod: p.Namespace + "/" + p.Name})
 
 	warning := And(HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", "HostNetworkPod"))
-	f.g.Eventually(func() []eventsv1.Event { return ipEvents(f.ctx, ip) }, waitFor).Should(ContainElement(warning))
-	f.g.Consistently(func(g Gomega) {
+	f.G.Eventually(func() []eventsv1.Event { return ipEvents(f.Ctx, ip) }, testenv.WaitFor).Should(ContainElement(warning))
+	f.G.Consistently(func(g Gomega) {
 		g.Expect(dp.everApplied(netip.MustParseAddr("192.0.2.34"))).To(BeFalse())
 		g.Expect(f.attachedNode(ip)()).To(BeEmpty())
-		g.Expect(ipEvents(f.ctx, ip)).To(HaveExactElements(warning), "one Event, not one per resync")
+		g.Expect(ipEvents(f.Ctx, ip)).To(HaveExactElements(warning), "one Event, not one per resync")
 	}, quiet, 100*time.Millisecond).Should(Succeed())
 }
 
@@ -119,13 +120,13 @@ func TestAConflictingMoveIsNeverProgrammed(t *testing.T) {
 		Interface: uplink,
 	}
 	for range 3 {
-		_, err := r.Reconcile(f.ctx, ctrl.Request{})
-		f.g.Expect(err).NotTo(HaveOccurred())
+		_, err := r.Reconcile(f.Ctx, ctrl.Request{})
+		f.G.Expect(err).NotTo(HaveOccurred())
 	}
-	f.g.Expect(raced).To(BeTrue(), "the agent never tried to claim")
-	f.g.Expect(nodeDP.everApplied(netip.MustParseAddr("192.0.2.35"))).To(BeFalse())
-	f.g.Expect(f.attachedNode(ip)()).To(BeEmpty())
-	f.g.Expect(nodeDP.protocolViolations()).To(BeEmpty())
+	f.G.Expect(raced).To(BeTrue(), "the agent never tried to claim")
+	f.G.Expect(nodeDP.everApplied(netip.MustParseAddr("192.0.2.35"))).To(BeFalse())
+	f.G.Expect(f.attachedNode(ip)()).To(BeEmpty())
+	f.G.Expect(nodeDP.protocolViolations()).To(BeEmpty())
 }
 
 type heldLease struct{}
@@ -159,7 +160,7 @@ func TestFenceDoesNotWaitForAHungApply(t *testing.T) {
 		r.Fence()
 		close(fenced)
 	}()
-	f.g.Eventually(fenced, time.Second).Should(BeClosed())
-	f.g.Expect(stuck.flushCount()).To(Equal(1))
-	f.g.Eventually(stuck.cancelled, time.Second).Should(BeClosed())
+	f.G.Eventually(fenced, time.Second).Should(BeClosed())
+	f.G.Expect(stuck.flushCount()).To(Equal(1))
+	f.G.Eventually(stuck.cancelled, time.Second).Should(BeClosed())
 }

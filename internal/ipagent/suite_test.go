@@ -15,13 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/netconf"
@@ -38,23 +34,18 @@ const (
 	// resync is short so that drift (a removal the kernel has not finished)
 	// is re-checked within a test's patience.
 	resync = 200 * time.Millisecond
-	// waitFor is the patience of every Eventually in this package.
-	waitFor = 20 * time.Second
 )
 
 var (
-	k8s    client.Client // direct, uncached
-	scheme = runtime.NewScheme()
-	agent  *Reconciler
-	dp     = newFakeDataplane(thisNode)
-	lease  = &fakeLease{}
+	k8s   client.Client // direct, uncached
+	agent *Reconciler
+	dp    = newFakeDataplane(thisNode)
+	lease = &fakeLease{}
 	// testEnv is the API server, for tests that need their own clients.
 	testEnv *testenv.Env
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(ipv1.AddToScheme(scheme))
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) error {
 		testEnv = env
 		return startManager(ctx, env)
@@ -64,36 +55,25 @@ func TestMain(m *testing.M) {
 // startManager runs the agent of thisNode as cmd/ip-agent wires it, with a
 // fake kernel and a Lease the tests hold or drop.
 func startManager(ctx context.Context, env *testenv.Env) error {
+	// The agent's cache holds its own node's pods only, as deployed.
+	opts := ctrl.Options{Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", thisNode)},
+	}}}
 	var err error
-	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		return err
-	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", thisNode)},
-		}},
-	})
-	if err != nil {
-		return err
-	}
-	lease.held.Store(true)
-	agent = &Reconciler{
-		Client:    checkedClient{Client: mgr.GetClient(), d: dp},
-		Recorder:  mgr.GetEventRecorder("ip-agent"),
-		Node:      thisNode,
-		Dataplane: dp,
-		Lease:     lease,
-		Interface: uplink,
-		Resync:    resync,
-	}
-	if err := agent.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	testenv.StartManager(ctx, mgr)
-	return nil
+	k8s, _, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
+		lease.held.Store(true)
+		agent = &Reconciler{
+			Client:    checkedClient{Client: mgr.GetClient(), d: dp},
+			Recorder:  mgr.GetEventRecorder("ip-agent"),
+			Node:      thisNode,
+			Dataplane: dp,
+			Lease:     lease,
+			Interface: uplink,
+			Resync:    resync,
+		}
+		return agent.SetupWithManager(mgr)
+	}, ipv1.AddToScheme)
+	return err
 }
 
 // fakeLease is the heartbeat as the tests want it.

@@ -18,10 +18,12 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -172,4 +174,28 @@ func decode[T any, O interface {
 		return nil, err
 	}
 	return obj, nil
+}
+
+// Report names, for the Events an owner's user reads, the objects Apply
+// writes: Kind for the object ("CronJob"), OwnerKind for its owner
+// ("CronTab").
+type Report struct {
+	Kind, OwnerKind string
+}
+
+// Record records the Normal Event that says what Apply did to obj on
+// owner's behalf: nothing when Unchanged. created is appended to the
+// Created note ("Created CronJob nightly" + created), to say what the new
+// object runs.
+func (r Report) Record(rec events.EventRecorder, owner, obj client.Object, result Result, created string) {
+	switch result {
+	case Created:
+		rec.Eventf(owner, obj, corev1.EventTypeNormal, "Created", "Apply", "Created %s %s%s", r.Kind, obj.GetName(), created)
+	case Updated:
+		rec.Eventf(owner, obj, corev1.EventTypeNormal, "Updated", "Apply",
+			"Updated %s %s to the %s's new spec", r.Kind, obj.GetName(), r.OwnerKind)
+	case Healed:
+		rec.Eventf(owner, obj, corev1.EventTypeNormal, "Healed", "Apply",
+			"Put back %s %s, changed outside of its %s", r.Kind, obj.GetName(), r.OwnerKind)
+	}
 }

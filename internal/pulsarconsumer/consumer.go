@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/apache/pulsar-client-go/pulsar"
 	pulsarlog "github.com/apache/pulsar-client-go/pulsar/log"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Backoff is a capped exponential backoff.
@@ -27,15 +29,17 @@ type Backoff struct {
 // time, up to 30 s.
 var DefaultBackoff = Backoff{Initial: time.Second, Max: 30 * time.Second}
 
-// Delay is the wait before retry n (from 0): Initial·2ⁿ capped at Max, less
-// up to a fifth at random, so that consumers that lost the broker together
-// do not all come back at the same instant.
-func (b Backoff) Delay(n int) time.Duration {
-	d := b.Max
-	if n < 62 && b.Initial<<n > 0 && b.Initial<<n < b.Max {
-		d = b.Initial << n
+// delays returns the waits before each retry, one per call: Initial·2ⁿ
+// capped at Max (client-go's wait.Backoff), less up to a fifth at random,
+// so that consumers that lost the broker together do not all come back at
+// the same instant. (wait.Backoff's own jitter adds to the wait, which would
+// overshoot Max.)
+func (b Backoff) delays() func() time.Duration {
+	w := wait.Backoff{Duration: min(b.Initial, b.Max), Factor: 2, Cap: b.Max, Steps: math.MaxInt32}
+	return func() time.Duration {
+		d := w.Step()
+		return d - time.Duration(rand.Int64N(int64(d)/5+1))
 	}
-	return d - time.Duration(rand.Int64N(int64(d)/5+1))
 }
 
 // Subscriber connects to the broker and subscribes to the topic. The
@@ -69,6 +73,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if backoff == (Backoff{}) {
 		backoff = DefaultBackoff
 	}
+	nextDelay := backoff.delays()
 	for attempt := 0; ; {
 		client, consumer, err := subscribe(ctx, c.Config, c.Log)
 		if errors.Is(err, errConfig) {
@@ -79,7 +84,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 				c.Log.Info("Stopped before subscribing")
 				return nil
 			}
-			delay := backoff.Delay(attempt)
+			delay := nextDelay()
 			attempt++
 			c.Log.Warn("Cannot subscribe, will retry", "server", c.Config.ServerAddress, "topic", c.Config.Topic,
 				"attempt", attempt, "retryIn", delay, "error", err)
@@ -89,7 +94,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		attempt = 0
+		attempt, nextDelay = 0, backoff.delays()
 		c.subscribed.Store(true)
 		c.Log.Info("Subscribed", "server", c.Config.ServerAddress, "topic", c.Config.Topic,
 			"subscription", consumer.Subscription(), "consumer", consumer.Name())

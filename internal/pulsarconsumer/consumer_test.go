@@ -177,20 +177,27 @@ func TestConfigFromEnv(t *testing.T) {
 		ContainSubstring(`PULSAR_SUBSCRIPTION_TYPE is "Broadcast", want Exclusive, Shared, Failover or KeyShared`))))
 }
 
-func TestBackoffDelay(t *testing.T) {
+func TestBackoffDelays(t *testing.T) {
 	b := Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
-	for n, want := range []time.Duration{100, 200, 400, 800, 1000, 1000, 1000} {
-		want *= time.Millisecond
-		for range 50 {
-			d := b.Delay(n)
-			if d > want || d < want*4/5 {
-				t.Fatalf("Delay(%d) = %v, want between %v and %v", n, d, want*4/5, want)
+	for range 50 {
+		delay := b.delays()
+		for n, want := range []time.Duration{100, 200, 400, 800, 1000, 1000, 1000} {
+			want *= time.Millisecond
+			if d := delay(); d > want || d < want*4/5 {
+				t.Fatalf("retry %d waits %v, want between %v and %v", n, d, want*4/5, want)
 			}
 		}
+		// A retry count that would overflow stays at the cap.
+		for range 200 {
+			delay()
+		}
+		if d := delay(); d > time.Second || d < 800*time.Millisecond {
+			t.Fatalf("retry 208 waits %v, want the cap", d)
+		}
 	}
-	// A retry count that would overflow stays at the cap.
-	if d := b.Delay(200); d > time.Second || d < 800*time.Millisecond {
-		t.Fatalf("Delay(200) = %v, want the cap", d)
+	// An initial wait over the cap is capped too.
+	if d := (Backoff{Initial: time.Minute, Max: time.Second}).delays()(); d > time.Second {
+		t.Fatalf("first wait %v, want at most the cap", d)
 	}
 }
 

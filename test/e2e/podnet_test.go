@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	ipv1alpha1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/lab/labnet"
 )
@@ -31,7 +31,7 @@ func podnetDeployment(name string, replicas int32, claim bool) *appsv1.Deploymen
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	if claim {
-		tmpl.Annotations = map[string]string{ipv1alpha1.AnnotationIP: name}
+		tmpl.Annotations = map[string]string{ipv1.AnnotationIP: name}
 	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},

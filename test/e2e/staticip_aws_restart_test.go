@@ -57,14 +57,8 @@ func TestStaticIPAWSSurvivesRestartsMidMove(t *testing.T) {
 			}
 			name := "aws-restarts-" + mode.name
 			ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Address: addr.String(), Pool: pool.Name}}
-			dep := staticip.Deployment(name+"-app", name, 2)
-			for _, o := range []client.Object{pool, ip, dep} {
-				g.Expect(s.c.Create(ctx, o)).To(Succeed())
-			}
-			t.Cleanup(func() {
-				vpc.EC2.SetLatency(0)
-				s.deleteAWS(dep, ip, pool)
-			})
+			s.createAWSIP(t, g, pool, ip, name+"-app")
+			t.Cleanup(func() { vpc.EC2.SetLatency(0) })
 			settled := func(g Gomega) *ipv1.IP {
 				ip := s.ip(g, name)
 				g.Expect(staticip.Ready(ip)).To(BeTrue(), "IP not Ready: %v", ip.Status.Conditions)

@@ -75,12 +75,7 @@ func TestStaticIPAWSPrivateFailover(t *testing.T) {
 	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-aws-private"},
 		Spec: ipv1.IPPoolSpec{Addresses: []string{awsPool}, Provider: ipv1.ProviderAWS, Claimants: defaultClaimants()}}
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "partner-aws"}, Spec: ipv1.IPSpec{Address: addr.String(), Pool: pool.Name}}
-	dep := staticip.Deployment("partner-aws-app", "partner-aws", 2)
-	for _, o := range []client.Object{pool, ip, dep} {
-		g.Expect(s.c.Create(ctx, o)).To(Succeed())
-	}
-	// Before the aws manager is replaced.
-	t.Cleanup(func() { s.deleteAWS(dep, ip, pool) })
+	s.createAWSIP(t, g, pool, ip, "partner-aws-app")
 
 	var holder, standby, holderNode string
 	g.Eventually(func(g Gomega) {
@@ -97,25 +92,10 @@ func TestStaticIPAWSPrivateFailover(t *testing.T) {
 	g.Expect(answersOn(addr)).To(Equal([]string{holderNode}))
 	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+holder)).To(Equal(addr.String()))
 
-	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
-	start := time.Now()
-	g.Eventually(func() (string, error) {
-		return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, 100*time.Millisecond)
-	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
-	t.Logf("the standby answered %s after the holder's node was killed", time.Since(start).Round(10*time.Millisecond))
-	var standbyNode string
-	g.Eventually(func(g Gomega) {
-		ip := s.ip(g, "partner-aws")
-		g.Expect(staticip.PodName(ip.Status.Pod)).To(Equal(standby))
-		g.Expect(staticip.Ready(ip)).To(BeTrue())
-		standbyNode = ip.Status.Node
-	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	standbyNode := s.killHolder(t, g, ip.Name, holderNode, addr, standby)
 	g.Expect(vpc.NodeOfENI(vpc.HolderENI(addr))).To(Equal(standbyNode))
 
-	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
-	agent, err := theLab.StartIPAgent(ctx, holderNode)
-	g.Expect(err).NotTo(HaveOccurred())
-	s.agents[holderNode] = agent
+	s.revive(g, holderNode)
 	g.Consistently(func(g Gomega) {
 		g.Expect(vpc.NodeOfENI(vpc.HolderENI(addr))).To(Equal(standbyNode))
 		g.Expect(answersOn(addr)).NotTo(ContainElement(holderNode))
@@ -142,12 +122,7 @@ func TestStaticIPAWSPublicFailover(t *testing.T) {
 		Spec: ipv1.IPPoolSpec{Addresses: []string{awsPublicRange}, Provider: ipv1.ProviderAWS, Claimants: defaultClaimants(),
 			AWS: &ipv1.AWSProvider{PublicIPv4Pool: awsPublicPool}}}
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "partner-eip"}, Spec: ipv1.IPSpec{Address: eip.String(), Pool: pool.Name}}
-	dep := staticip.Deployment("partner-eip-app", "partner-eip", 2)
-	for _, o := range []client.Object{pool, ip, dep} {
-		g.Expect(s.c.Create(ctx, o)).To(Succeed())
-	}
-	// Before the aws manager is replaced.
-	t.Cleanup(func() { s.deleteAWS(dep, ip, pool) })
+	s.createAWSIP(t, g, pool, ip, "partner-eip-app")
 
 	var holder, standby, holderNode string
 	var priv netip.Addr
@@ -174,32 +149,62 @@ func TestStaticIPAWSPublicFailover(t *testing.T) {
 	}
 	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+holder)).To(Equal(eip.String()))
 
-	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
-	start := time.Now()
-	g.Eventually(func() (string, error) {
-		return staticip.AskFrom(theLab.Net.ClientNamespace(), eip, 100*time.Millisecond)
-	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
-	t.Logf("the standby answered at the Elastic IP %s after the holder's node was killed", time.Since(start).Round(10*time.Millisecond))
-	var standbyNode string
-	g.Eventually(func(g Gomega) {
-		ip := s.ip(g, "partner-eip")
-		g.Expect(staticip.PodName(ip.Status.Pod)).To(Equal(standby))
-		g.Expect(staticip.Ready(ip)).To(BeTrue())
-		standbyNode = ip.Status.Node
-	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	standbyNode := s.killHolder(t, g, ip.Name, holderNode, eip, standby)
 	_, eni, _, _ = vpc.EC2.EIP(eip.String())
 	g.Expect(vpc.NodeOfENI(eni)).To(Equal(standbyNode))
 	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+standby)).To(Equal(eip.String()))
 
-	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
-	agent, err := theLab.StartIPAgent(ctx, holderNode)
-	g.Expect(err).NotTo(HaveOccurred())
-	s.agents[holderNode] = agent
+	s.revive(g, holderNode)
 	g.Expect(vpc.Err()).NotTo(HaveOccurred())
 
 	g.Expect(s.c.Delete(ctx, ip)).To(Succeed())
 	g.Eventually(func() bool { _, _, _, ok := vpc.EC2.EIP(eip.String()); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse(),
 		"the Elastic IP kubext allocated is released")
+}
+
+// createAWSIP creates pool, ip and a Deployment named deployment of two
+// pods claiming ip. When the test ends they go again, the pool only once
+// the IP is gone (EC2 no longer has its address), before the aws manager
+// is replaced.
+func (s *staticIPStack) createAWSIP(t *testing.T, g Gomega, pool *ipv1.IPPool, ip *ipv1.IP, deployment string) {
+	t.Helper()
+	ctx := context.Background()
+	dep := staticip.Deployment(deployment, ip.Name, 2)
+	for _, o := range []client.Object{pool, ip, dep} {
+		g.Expect(s.c.Create(ctx, o)).To(Succeed())
+	}
+	// Before the aws manager is replaced.
+	t.Cleanup(func() { s.deleteAWS(dep, ip, pool) })
+}
+
+// killHolder kills the holder's node, waits until the standby pod answers
+// the client at addr and the IP is Ready on the standby, and returns the
+// standby's node.
+func (s *staticIPStack) killHolder(t *testing.T, g Gomega, ipName, holderNode string, addr netip.Addr, standby string) string {
+	t.Helper()
+	g.Expect(theLab.KillNode(context.Background(), holderNode)).To(Succeed())
+	start := time.Now()
+	g.Eventually(func() (string, error) {
+		return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, 100*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond).Should(Equal(standby))
+	t.Logf("the standby answered at %s %s after the holder's node was killed", addr, time.Since(start).Round(10*time.Millisecond))
+	var standbyNode string
+	g.Eventually(func(g Gomega) {
+		ip := s.ip(g, ipName)
+		g.Expect(staticip.PodName(ip.Status.Pod)).To(Equal(standby))
+		g.Expect(staticip.Ready(ip)).To(BeTrue())
+		standbyNode = ip.Status.Node
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	return standbyNode
+}
+
+// revive brings a killed node back with its ip-agent.
+func (s *staticIPStack) revive(g Gomega, node string) {
+	ctx := context.Background()
+	g.Expect(theLab.ReviveNode(ctx, node)).To(Succeed())
+	agent, err := theLab.StartIPAgent(ctx, node)
+	g.Expect(err).NotTo(HaveOccurred())
+	s.agents[node] = agent
 }
 
 // dumpClient logs the client namespace's neighbours, routes and nftables

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	ipv1alpha1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab/labnet"
 )
 
@@ -235,7 +235,7 @@ func (pn *PodNetwork) cleanup() {
 func (pn *PodNetwork) wanted(pods []*corev1.Pod) map[string]podWant {
 	out := map[string]podWant{}
 	for _, p := range pods {
-		if _, ok := p.Annotations[ipv1alpha1.AnnotationIP]; !ok {
+		if _, ok := p.Annotations[ipv1.AnnotationIP]; !ok {
 			continue
 		}
 		if p.Status.Phase != corev1.PodRunning || p.Spec.HostNetwork || pn.lab.Net.NodeNamespace(p.Spec.NodeName) == "" {

@@ -169,18 +169,27 @@ func StartManager(ctx context.Context, mgr ctrl.Manager) {
 // client-go's kinds and those each addToScheme adds. The manager serves no
 // metrics, so that packages testing at once do not compete for a port.
 func (e *Env) RunManager(ctx context.Context, setup func(ctrl.Manager) error,
-	addToScheme ...func(*runtime.Scheme) error) (client.Client, ctrl.Manager, error) {
+	addToScheme ...func(*runtime.Scheme) error) (client.WithWatch, ctrl.Manager, error) {
+	return e.RunManagerWith(ctx, ctrl.Options{}, setup, addToScheme...)
+}
+
+// RunManagerWith is RunManager with opts for the manager (a cache limited
+// to what the deployed component may see, say); RunManager sets the scheme
+// and turns the metrics server off.
+func (e *Env) RunManagerWith(ctx context.Context, opts ctrl.Options, setup func(ctrl.Manager) error,
+	addToScheme ...func(*runtime.Scheme) error) (client.WithWatch, ctrl.Manager, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, addToScheme...) {
 		if err := add(scheme); err != nil {
 			return nil, nil, err
 		}
 	}
-	c, err := client.New(e.Config, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	opts.Scheme, opts.Metrics = scheme, metricsserver.Options{BindAddress: "0"}
+	mgr, err := ctrl.NewManager(e.Config, opts)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -137,6 +137,10 @@ const (
 // IPPool.
 const ReasonReady = "Ready"
 
+// ReasonReconciling is the reason of a Ready condition that cannot be
+// summed up yet: the condition named in its message has not been evaluated.
+const ReasonReconciling = "Reconciling"
+
 // IPSpec is what the user asks for: a fixed address, or a pool to allocate one
 // from.
 type IPSpec struct {

@@ -36,6 +36,11 @@ const (
 	// without the aws provider); the pool's IPs are allocated but never
 	// attached.
 	ReasonProviderNotSupported = "ProviderNotSupported"
+
+	// ReasonDeleteBlocked is the reason of the Warning Event of a pool
+	// being deleted while addresses are still allocated from it: it stays
+	// until their IPs are deleted.
+	ReasonDeleteBlocked = "DeleteBlocked"
 )
 
 // IPPoolSpec describes the addresses a pool hands out and how they reach the

@@ -56,6 +56,9 @@ const (
 	// ReasonApplyFailed: writing the Deployment failed for a reason that may
 	// pass (the message says which); kubext retries.
 	ReasonApplyFailed = "ApplyFailed"
+	// ReasonUnspecified stands for the reason of a Deployment condition
+	// that has none (one written by hand): a condition needs a reason.
+	ReasonUnspecified = "Unspecified"
 )
 
 // SubscriptionType is how Pulsar shares a subscription's messages among

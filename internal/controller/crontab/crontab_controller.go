@@ -11,8 +11,6 @@ import (
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -21,7 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/ownedapply"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // Reconciler reconciles CronTab objects.
@@ -50,13 +50,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 
-	orig := ct.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, orig, ct, reterr); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
-	}()
+	status := statuspatch.New(r.Client, ct, statusFields)
+	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, ct, reterr)) }()
 	cj, err := r.reconcileCronJob(ctx, ct)
+	if failure := statuspatch.As(err); failure != nil {
+		setReady(ct, metav1.ConditionFalse, failure.Reason, "%s", failure.Message)
+	}
 	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change. Its deletion is not an event for this
 		// controller (it has no owner reference to us), so look again later.
@@ -69,22 +68,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return ctrl.Result{}, nil
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from. observedGeneration moves
-// on when the reconcile finished with this generation: it succeeded, or the
-// spec was refused for good.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, ct *stablev1.CronTab, reconcileErr error) error {
-	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
-		ct.Status.ObservedGeneration = ct.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, ct.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, ct, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where a CronTab keeps the status statuspatch writes.
+func statusFields(ct *stablev1.CronTab) (any, *int64) {
+	return ct.Status, &ct.Status.ObservedGeneration
 }
 
 // observe copies what the CronJob reports into the status and sets Ready.
@@ -119,6 +105,7 @@ func setReady(ct *stablev1.CronTab, status metav1.ConditionStatus, reason, forma
 // owns, so that a CronJob edited or deleted by hand is put back at once and
 // the status follows the CronJob's.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "crontab"))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("crontab").
 		For(&stablev1.CronTab{}).

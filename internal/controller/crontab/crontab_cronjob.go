@@ -3,18 +3,18 @@ package crontab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
 	"github.com/kubext/kubext/internal/ownedapply"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 const (
@@ -32,41 +32,32 @@ const (
 
 // reconcileCronJob makes the CronTab's CronJob match its spec, writing only
 // when one of the fields kubext owns differs (a change of spec, an edit by
-// hand, a missing CronJob). It returns the CronJob as it now stands, or
+// hand, a missing CronJob). It returns the CronJob as it now stands, or a
+// *statuspatch.Error saying why it could not write it (wrapping
 // ownedapply.ErrNotControlled when a CronJob of the name is not the
-// CronTab's.
+// CronTab's).
 func (r *Reconciler) reconcileCronJob(ctx context.Context, ct *stablev1.CronTab) (*batchv1.CronJob, error) {
 	cj, result, err := ownedapply.Apply(ctx, r.Client, FieldOwner, ct, ct.Status.ObservedGeneration,
 		desiredCronJob(ct), batchv1ac.ExtractCronJob)
 	var write *ownedapply.WriteError
 	switch {
 	case errors.Is(err, ownedapply.ErrNotControlled):
-		setReady(ct, metav1.ConditionFalse, stablev1.ReasonCronJobExists,
+		return nil, statuspatch.Failed(stablev1.ReasonCronJobExists, err,
 			"CronJob %s exists and is not controlled by this CronTab; delete or rename that CronJob, or rename the CronTab", ct.Name)
-		return nil, err
 	case errors.As(err, &write) && write.Rejected:
-		setReady(ct, metav1.ConditionFalse, stablev1.ReasonCronJobRejected, "The API server refused the CronJob: %v", write.Err)
 		r.Recorder.Eventf(ct, nil, corev1.EventTypeWarning, stablev1.ReasonCronJobRejected, "Apply", "The API server refused the CronJob: %v", write.Err)
-		return nil, reconcile.TerminalError(write.Err)
+		return nil, statuspatch.Refused(stablev1.ReasonCronJobRejected, write.Err, "The API server refused the CronJob: %v", write.Err)
 	case errors.As(err, &write):
-		setReady(ct, metav1.ConditionFalse, stablev1.ReasonApplyFailed, "Writing CronJob %s failed, will retry: %v", ct.Name, write.Err)
-		return nil, write.Err
+		return nil, statuspatch.Failed(stablev1.ReasonApplyFailed, write.Err, "Writing CronJob %s failed, will retry: %v", ct.Name, write.Err)
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("applying CronJob %s/%s: %w", ct.Namespace, ct.Name, err)
 	}
-	switch result {
-	case ownedapply.Created:
-		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Created", "Apply",
-			"Created CronJob %s running %s on %q", ct.Name, ct.Spec.Image, ct.Spec.CronSpec)
-	case ownedapply.Updated:
-		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Updated", "Apply",
-			"Updated CronJob %s to the CronTab's new spec", ct.Name)
-	case ownedapply.Healed:
-		r.Recorder.Eventf(ct, cj, corev1.EventTypeNormal, "Healed", "Apply",
-			"Put back CronJob %s, changed outside of its CronTab", ct.Name)
-	}
+	cronJobReport.Record(r.Recorder, ct, cj, result, fmt.Sprintf(" running %s on %q", ct.Spec.Image, ct.Spec.CronSpec))
 	return cj, nil
 }
+
+// cronJobReport words the Events of the CronJobs' writes.
+var cronJobReport = ownedapply.Report{Kind: "CronJob", OwnerKind: "CronTab"}
 
 // desiredCronJob is the CronJob that runs a CronTab: every field kubext owns
 // on it, and nothing else, so that defaults the API server fills in are

@@ -65,14 +65,14 @@ func (a *fakeAgent) run(ctx context.Context) {
 }
 
 func (a *fakeAgent) renew(ctx context.Context) {
-	name := heartbeat.LeaseName(AgentComponent, a.node)
+	name := heartbeat.LeaseName(ipv1.AgentComponent, a.node)
 	now := metav1.NewMicroTime(time.Now())
 	l := &coordinationv1.Lease{}
 	err := k8s.Get(ctx, client.ObjectKey{Namespace: heartbeatNS, Name: name}, l)
 	if apierrors.IsNotFound(err) {
 		l = &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: heartbeatNS, Name: name,
-				Labels: map[string]string{heartbeat.LabelComponent: AgentComponent}},
+				Labels: map[string]string{heartbeat.LabelComponent: ipv1.AgentComponent}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.node), LeaseDurationSeconds: ptr.To[int32](1), RenewTime: &now},
 		}
 		_ = k8s.Create(ctx, l)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -21,6 +20,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // maxAllocationAttempts bounds the retries when other clients take the
@@ -30,9 +30,9 @@ const maxAllocationAttempts = 32
 // allocationError is an allocation that cannot succeed until something
 // changes (a pool appears, an address is freed); it becomes the Allocated
 // condition rather than a retry.
-type allocationError struct{ reason, message string }
-
-func (e *allocationError) Error() string { return e.message }
+func allocationError(reason, format string, args ...any) *statuspatch.Error {
+	return &statuspatch.Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
 
 // reconcileAddress makes sure an address is reserved for the IP. It returns
 // false when placement has to wait: no address yet, or a reassign is still
@@ -44,15 +44,15 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 		}
 	}
 	addr, pool, err := r.allocate(ctx, ip)
-	if aerr := (*allocationError)(nil); errors.As(err, &aerr) && keepsAddress(ip, aerr) {
+	if aerr := statuspatch.As(err); aerr != nil && keepsAddress(ip, aerr) {
 		return r.keepAddress(ctx, ip, aerr)
 	}
-	if aerr := (*allocationError)(nil); errors.As(err, &aerr) {
-		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated); c == nil || c.Reason != aerr.reason {
-			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, aerr.reason, "Allocate", aerr.message)
+	if aerr := statuspatch.As(err); aerr != nil {
+		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated); c == nil || c.Reason != aerr.Reason {
+			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, aerr.Reason, "Allocate", "%s", aerr.Message)
 		}
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionFalse,
-			Reason: aerr.reason, Message: aerr.message})
+			Reason: aerr.Reason, Message: aerr.Message})
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonWaitingForAgent, Message: "no address is allocated"})
 		return false, nil
@@ -78,8 +78,8 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 // longer contains the address. An address on a partner's allow-list is
 // never taken away by a change to the pool, and its failover does not
 // freeze either.
-func keepsAddress(ip *ipv1.IP, aerr *allocationError) bool {
-	if aerr.reason != ipv1.ReasonPoolNotFound && aerr.reason != ipv1.ReasonAddressOutsidePool {
+func keepsAddress(ip *ipv1.IP, aerr *statuspatch.Error) bool {
+	if aerr.Reason != ipv1.ReasonPoolNotFound && aerr.Reason != ipv1.ReasonAddressOutsidePool {
 		return false
 	}
 	if !ip.Status.Assigned || ip.Status.Address == "" {
@@ -94,17 +94,17 @@ func keepsAddress(ip *ipv1.IP, aerr *allocationError) bool {
 
 // keepAddress keeps the assigned address reserved although its pool no
 // longer hands it out, and says so.
-func (r *Reconciler) keepAddress(ctx context.Context, ip *ipv1.IP, why *allocationError) (bool, error) {
+func (r *Reconciler) keepAddress(ctx context.Context, ip *ipv1.IP, why *statuspatch.Error) (bool, error) {
 	addr, err := ipam.Canonical(ip.Status.Address)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("status.address of IP %s: %w", ip.Name, err)
 	}
 	if err := r.reserve(ctx, ip, addr, ip.Status.Pool); err != nil {
 		return false, fmt.Errorf("keeping %s reserved for IP %s: %w", addr, ip.Name, err)
 	}
 	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
 		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf(
-			"%s stays reserved for this IP although %s: an assigned address is never taken away by a pool change", addr, why.message)})
+			"%s stays reserved for this IP although %s: an assigned address is never taken away by a pool change", addr, why.Message)})
 	return true, nil
 }
 
@@ -124,7 +124,7 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 	if ip.Spec.Address != "" {
 		a, err := ipam.Canonical(ip.Spec.Address)
 		if err != nil {
-			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool, err.Error()}
+			return netip.Addr{}, "", allocationError(ipv1.ReasonAddressOutsidePool, "%s", err)
 		}
 		want = a
 	}
@@ -134,22 +134,20 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 	}
 	if want.IsValid() {
 		if err := pool.CanRequest(want); err != nil {
-			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool,
-				fmt.Sprintf("pool %s cannot hand out %s: %v", poolName, want, err)}
+			return netip.Addr{}, "", allocationError(ipv1.ReasonAddressOutsidePool, "pool %s cannot hand out %s: %v", poolName, want, err)
 		}
 		return want, poolName, r.reserve(ctx, ip, want, poolName)
 	}
 	if a, err := ipam.Canonical(ip.Status.Address); err == nil {
 		if !pool.Contains(a) {
-			return netip.Addr{}, "", &allocationError{ipv1.ReasonAddressOutsidePool,
-				fmt.Sprintf("pool %s no longer contains %s", poolName, a)}
+			return netip.Addr{}, "", allocationError(ipv1.ReasonAddressOutsidePool, "pool %s no longer contains %s", poolName, a)
 		}
 		return a, poolName, r.reserve(ctx, ip, a, poolName)
 	}
 	// A reservation made before a crash, not yet recorded in status.
 	owned := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
-		return netip.Addr{}, "", err
+		return netip.Addr{}, "", fmt.Errorf("listing the reservations of IP %s: %w", ip.Name, err)
 	}
 	for _, a := range owned.Items {
 		if addr, err := ipam.Canonical(a.Name); err == nil && pool.Contains(addr) {
@@ -165,7 +163,7 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ipam.Pool, poolName string) (netip.Addr, string, error) {
 	reserved := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, reserved); err != nil {
-		return netip.Addr{}, "", err
+		return netip.Addr{}, "", fmt.Errorf("listing IPAddresses to allocate from pool %s for IP %s: %w", poolName, ip.Name, err)
 	}
 	used := make(map[netip.Addr]bool, len(reserved.Items))
 	for _, a := range reserved.Items {
@@ -176,11 +174,10 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ip
 	for range maxAllocationAttempts {
 		addr, ok := pool.Next(func(a netip.Addr) bool { return used[a] })
 		if !ok {
-			return netip.Addr{}, "", &allocationError{ipv1.ReasonPoolExhausted,
-				fmt.Sprintf("pool %s has no free address left", poolName)}
+			return netip.Addr{}, "", allocationError(ipv1.ReasonPoolExhausted, "pool %s has no free address left", poolName)
 		}
 		err := r.reserve(ctx, ip, addr, poolName)
-		if aerr := (*allocationError)(nil); errors.As(err, &aerr) {
+		if aerr := statuspatch.As(err); aerr != nil {
 			used[addr] = true
 			continue
 		}
@@ -196,17 +193,16 @@ func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) 
 		p := &ipv1.IPPool{}
 		if err := r.Get(ctx, types.NamespacedName{Name: ip.Spec.Pool}, p); err != nil {
 			if apierrors.IsNotFound(err) {
-				return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("IPPool %s does not exist", ip.Spec.Pool)}
+				return "", nil, allocationError(ipv1.ReasonPoolNotFound, "IPPool %s does not exist", ip.Spec.Pool)
 			}
-			return "", nil, err
+			return "", nil, fmt.Errorf("reading IPPool %s of IP %s: %w", ip.Spec.Pool, ip.Name, err)
 		}
 		pool, err := ipam.NewPool(p.Spec.Addresses, p.Spec.Reserved)
 		if err != nil {
-			return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("IPPool %s is invalid: %v", p.Name, err)}
+			return "", nil, allocationError(ipv1.ReasonPoolNotFound, "IPPool %s is invalid: %v", p.Name, err)
 		}
 		if want.IsValid() && !pool.Contains(want) {
-			return "", nil, &allocationError{ipv1.ReasonAddressOutsidePool,
-				fmt.Sprintf("%s is not in pool %s (%s)", want, p.Name, pool)}
+			return "", nil, allocationError(ipv1.ReasonAddressOutsidePool, "%s is not in pool %s (%s)", want, p.Name, pool)
 		}
 		return p.Name, pool, nil
 	}
@@ -226,7 +222,7 @@ func (r *Reconciler) poolFor(ctx context.Context, ip *ipv1.IP, want netip.Addr) 
 			return p.Name, pool, nil
 		}
 	}
-	return "", nil, &allocationError{ipv1.ReasonPoolNotFound, fmt.Sprintf("no IPPool contains %s", want)}
+	return "", nil, allocationError(ipv1.ReasonPoolNotFound, "no IPPool contains %s", want)
 }
 
 func boolRank(b bool) int {
@@ -250,7 +246,7 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 		return r.holdReservation(ctx, existing)
 	}
 	if !apierrors.IsNotFound(err) {
-		return err
+		return fmt.Errorf("reading reservation %s for IP %s: %w", name, ip.Name, err)
 	}
 	a := &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{
@@ -273,11 +269,14 @@ func (r *Reconciler) reserve(ctx context.Context, ip *ipv1.IP, addr netip.Addr, 
 	if apierrors.IsAlreadyExists(err) {
 		// Someone was faster; see who.
 		if err := r.Get(ctx, types.NamespacedName{Name: name}, existing); err != nil {
-			return err
+			return fmt.Errorf("reading reservation %s, created meanwhile, for IP %s: %w", name, ip.Name, err)
 		}
 		return r.owned(ip, existing)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("reserve %s for IP %s: %w", name, ip.Name, err)
+	}
+	return nil
 }
 
 // holdReservation puts the finalizer on a reservation made without it (by
@@ -311,7 +310,7 @@ func (r *Reconciler) owned(ip *ipv1.IP, a *networkingv1.IPAddress) error {
 			holder += " " + ref.Name
 		}
 	}
-	return &allocationError{ipv1.ReasonAddressInUse, fmt.Sprintf("%s is already reserved by %s", a.Name, holder)}
+	return allocationError(ipv1.ReasonAddressInUse, "%s is already reserved by %s", a.Name, holder)
 }
 
 // release deletes the IP's reservations (at most one, but a crash between
@@ -319,7 +318,7 @@ func (r *Reconciler) owned(ip *ipv1.IP, a *networkingv1.IPAddress) error {
 func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) error {
 	owned := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, owned, client.MatchingFields{indexParent: ip.Name}); err != nil {
-		return err
+		return fmt.Errorf("listing the reservations of IP %s: %w", ip.Name, err)
 	}
 	for i := range owned.Items {
 		a := &owned.Items[i]
@@ -374,5 +373,8 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, o client.Object, f strin
 	if err != nil {
 		return err
 	}
-	return client.IgnoreNotFound(r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, patch)))
+	if err := r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing finalizer %s from %s: %w", f, o.GetName(), err)
+	}
+	return nil
 }

@@ -230,7 +230,7 @@ func (r *Reconciler) releaseEC2(ctx context.Context, ip *ipv1.IP) error {
 			f := r.ec2Failed(ctx, ip, st, "Release", err)
 			setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 				Reason: f.reason, Message: f.message})
-			return err
+			return fmt.Errorf("releasing %s of IP %s in EC2: %w", addr.IP, ip.Name, err)
 		}
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "EC2Released", "Release", "EC2 routes %s to no node; released what kubext allocated for it", addr.IP)
 	}

@@ -16,14 +16,15 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	awsprov "github.com/kubext/kubext/internal/provider/aws"
 	"github.com/kubext/kubext/internal/provider/aws/ec2double"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // awsNode creates a node backed by an EC2 instance of ec2d (one ENI in
 // the nodes' subnet) and returns its name and ENI.
 func (f *fixture) awsNode(name string) (string, string) {
-	f.t.Helper()
+	f.T.Helper()
 	inst, enis := ec2d.AddInstance(awsSubnet)
-	f.create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+	f.Create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/" + inst}})
 	return name, enis[0]
 }
@@ -36,22 +37,22 @@ func (f *fixture) awsPool(name, cidr string, public bool) {
 	if public {
 		spec.AWS = &ipv1.AWSProvider{PublicIPv4Pool: awsPublicPool}
 	}
-	f.create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
+	f.Create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
 }
 
 // readyOn waits until the IP is Ready on node with EC2 routing its
 // address to eni, and returns it.
 func (f *fixture) readyOn(name, node, eni string) *ipv1.IP {
-	f.t.Helper()
+	f.T.Helper()
 	var ip *ipv1.IP
-	f.g.Eventually(func(g Gomega) {
+	f.G.Eventually(func(g Gomega) {
 		ip = f.ip(name)
 		g.Expect(ip.Status.AttachedNode).To(Equal(node))
 		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue), "%+v", ip.Status.Conditions)
 		g.Expect(ip.Status.AWS).NotTo(BeNil())
 		g.Expect(ip.Status.AWS.Node).To(Equal(node))
 		g.Expect(ip.Status.AWS.NetworkInterfaceID).To(Equal(eni))
-	}, waitFor).Should(Succeed())
+	}, testenv.WaitFor).Should(Succeed())
 	return ip
 }
 
@@ -66,40 +67,40 @@ func TestAWSPrivateMoveFailoverAndDelete(t *testing.T) {
 	n2, eni2 := f.awsNode(f.name("b"))
 	a1 := startAgent(t, n1)
 	startAgent(t, n2)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
 	f.pod(f.name("first"), name, n1, "192.0.2.111")
 	ip := f.readyOn(name, n1, eni1)
 	addr := ip.Status.Address
-	f.g.Expect(ec2d.Holders(addr)).To(Equal([]string{eni1}))
-	f.g.Expect(ip.Status.AWS.PrivateIP).To(Equal(addr))
-	f.g.Expect(ip.Status.AWS.VPCID).To(Equal("vpc-1"))
-	f.g.Expect(ip.Status.AWS.AllocationID).To(BeEmpty())
-	f.g.Expect(ipEvent(f.ctx, name, "EC2Attached")).NotTo(BeNil())
+	f.G.Expect(ec2d.Holders(addr)).To(Equal([]string{eni1}))
+	f.G.Expect(ip.Status.AWS.PrivateIP).To(Equal(addr))
+	f.G.Expect(ip.Status.AWS.VPCID).To(Equal("vpc-1"))
+	f.G.Expect(ip.Status.AWS.AllocationID).To(BeEmpty())
+	f.G.Expect(ipEvent(f.Ctx, name, "EC2Attached")).NotTo(BeNil())
 
 	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
 	f.pod(f.name("second"), name, n2, "192.0.2.112")
-	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(HaveLen(1))
+	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
 	// The standby's node is resolved ahead of the failover.
 	time.Sleep(300 * time.Millisecond)
 	before := ec2d.Mutating()
 	a1.stop()
 	f.readyOn(name, n2, eni2)
-	f.g.Expect(ec2d.Holders(addr)).To(Equal([]string{eni2}))
-	f.g.Expect(ec2d.Mutating()-before).To(Equal(1), "one AssignPrivateIpAddresses with AllowReassignment per move")
+	f.G.Expect(ec2d.Holders(addr)).To(Equal([]string{eni2}))
+	f.G.Expect(ec2d.Mutating()-before).To(Equal(1), "one AssignPrivateIpAddresses with AllowReassignment per move")
 
 	// The lost node comes back: its agent is not asked to hold the IP,
 	// and EC2 keeps routing the address to the standby.
 	startAgent(t, n1)
-	f.g.Consistently(func(g Gomega) {
+	f.G.Consistently(func(g Gomega) {
 		g.Expect(ec2d.Holders(addr)).To(Equal([]string{eni2}))
 		g.Expect(f.ip(name).Status.AttachedNode).To(Equal(n2))
 	}, 2*time.Second, 100*time.Millisecond).Should(Succeed())
 
-	f.g.Expect(k8s.Delete(f.ctx, f.ip(name))).To(Succeed())
-	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, waitFor).ShouldNot(Succeed())
-	f.g.Expect(ec2d.Holders(addr)).To(BeEmpty(), "deleted IP still on an ENI")
-	f.g.Expect(ec2d.PrivateIPs(eni1)).To(HaveLen(1), "only the primary IP is left")
-	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: addr}, &networkingv1.IPAddress{}) }, waitFor).ShouldNot(Succeed())
+	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
+	f.G.Expect(ec2d.Holders(addr)).To(BeEmpty(), "deleted IP still on an ENI")
+	f.G.Expect(ec2d.PrivateIPs(eni1)).To(HaveLen(1), "only the primary IP is left")
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: addr}, &networkingv1.IPAddress{}) }, testenv.WaitFor).ShouldNot(Succeed())
 }
 
 // Public mode: an Elastic IP is allocated from the BYOIP pool, tagged,
@@ -114,37 +115,37 @@ func TestAWSPublicAssociateReassociateAndRelease(t *testing.T) {
 	n2, eni2 := f.awsNode(f.name("b"))
 	startAgent(t, n1)
 	startAgent(t, n2)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
 	first := f.pod(f.name("first"), name, n1, "192.0.2.121")
 	ip := f.readyOn(name, n1, eni1)
 	addr := ip.Status.Address
 	alloc, eni, priv, ok := ec2d.EIP(addr)
-	f.g.Expect(ok).To(BeTrue())
-	f.g.Expect(eni).To(Equal(eni1))
-	f.g.Expect(ip.Status.AWS.AllocationID).To(Equal(alloc))
-	f.g.Expect(ip.Status.AWS.PrivateIP).To(Equal(priv))
-	f.g.Expect(ip.Status.AWS.AssociationID).NotTo(BeEmpty())
-	f.g.Expect(ip.Status.AWS.PublicIPv4Pool).To(Equal(awsPublicPool))
+	f.G.Expect(ok).To(BeTrue())
+	f.G.Expect(eni).To(Equal(eni1))
+	f.G.Expect(ip.Status.AWS.AllocationID).To(Equal(alloc))
+	f.G.Expect(ip.Status.AWS.PrivateIP).To(Equal(priv))
+	f.G.Expect(ip.Status.AWS.AssociationID).NotTo(BeEmpty())
+	f.G.Expect(ip.Status.AWS.PublicIPv4Pool).To(Equal(awsPublicPool))
 
 	time.Sleep(50 * time.Millisecond)
 	f.pod(f.name("second"), name, n2, "192.0.2.122")
-	f.g.Eventually(func() []string { return f.ip(name).Status.Standbys }, waitFor).Should(HaveLen(1))
+	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
 	time.Sleep(300 * time.Millisecond)
 	before := ec2d.Mutating()
 	f.setReady(first, false, "192.0.2.121")
 	ip = f.readyOn(name, n2, eni2)
 	alloc2, eni, priv2, _ := ec2d.EIP(addr)
-	f.g.Expect(alloc2).To(Equal(alloc), "the allocation is reused")
-	f.g.Expect(eni).To(Equal(eni2))
-	f.g.Expect(ip.Status.AWS.PrivateIP).To(Equal(priv2))
-	f.g.Expect(ec2d.Holders(priv2)).To(Equal([]string{eni2}))
-	f.g.Expect(ec2d.Mutating() - before).To(BeNumerically("<=", 2))
+	f.G.Expect(alloc2).To(Equal(alloc), "the allocation is reused")
+	f.G.Expect(eni).To(Equal(eni2))
+	f.G.Expect(ip.Status.AWS.PrivateIP).To(Equal(priv2))
+	f.G.Expect(ec2d.Holders(priv2)).To(Equal([]string{eni2}))
+	f.G.Expect(ec2d.Mutating() - before).To(BeNumerically("<=", 2))
 
-	f.g.Expect(k8s.Delete(f.ctx, f.ip(name))).To(Succeed())
-	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, waitFor).ShouldNot(Succeed())
+	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
 	_, _, _, ok = ec2d.EIP(addr)
-	f.g.Expect(ok).To(BeFalse(), "the Elastic IP kubext allocated is released")
-	f.g.Expect(ec2d.Holders(priv2)).To(BeEmpty(), "the private IP kubext assigned is given back")
+	f.G.Expect(ok).To(BeFalse(), "the Elastic IP kubext allocated is released")
+	f.G.Expect(ec2d.Holders(priv2)).To(BeEmpty(), "the private IP kubext assigned is given back")
 }
 
 // An Elastic IP a user allocated by hand is associated and disassociated,
@@ -162,10 +163,10 @@ func TestAWSUserElasticIPAndRestartReuse(t *testing.T) {
 	})
 	n1, eni1 := f.awsNode(f.name("a"))
 	startAgent(t, n1)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool, Address: addr}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool, Address: addr}})
 	f.pod(f.name("app"), name, n1, "192.0.2.131")
 	ip := f.readyOn(name, n1, eni1)
-	f.g.Expect(ip.Status.AWS.AllocationID).To(Equal(userAlloc))
+	f.G.Expect(ip.Status.AWS.AllocationID).To(Equal(userAlloc))
 	recorded := *ip.Status.AWS
 
 	// A restart: the manager's memory of EC2 is gone; the next reconcile
@@ -175,20 +176,20 @@ func TestAWSUserElasticIPAndRestartReuse(t *testing.T) {
 	reconciler.aws.mu.Unlock()
 	before, describes := ec2d.Mutating(), ec2d.Calls("DescribeAddresses")
 	touch(f, name)
-	f.g.Eventually(func() int { return ec2d.Calls("DescribeAddresses") }, waitFor).Should(BeNumerically(">", describes))
-	f.g.Consistently(func(g Gomega) {
+	f.G.Eventually(func() int { return ec2d.Calls("DescribeAddresses") }, testenv.WaitFor).Should(BeNumerically(">", describes))
+	f.G.Consistently(func(g Gomega) {
 		ip := f.ip(name)
 		g.Expect(*ip.Status.AWS).To(Equal(recorded))
 		g.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 	}, time.Second, 100*time.Millisecond).Should(Succeed())
-	f.g.Expect(ec2d.Mutating()).To(Equal(before), "a restart makes no mutating EC2 call")
+	f.G.Expect(ec2d.Mutating()).To(Equal(before), "a restart makes no mutating EC2 call")
 
-	f.g.Expect(k8s.Delete(f.ctx, f.ip(name))).To(Succeed())
-	f.g.Eventually(func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, waitFor).ShouldNot(Succeed())
+	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
 	alloc, eni, _, ok := ec2d.EIP(addr)
-	f.g.Expect(ok).To(BeTrue(), "an Elastic IP a user allocated is never released")
-	f.g.Expect(alloc).To(Equal(userAlloc))
-	f.g.Expect(eni).To(BeEmpty(), "but it is disassociated")
+	f.G.Expect(ok).To(BeTrue(), "an Elastic IP a user allocated is never released")
+	f.G.Expect(alloc).To(Equal(userAlloc))
+	f.G.Expect(eni).To(BeEmpty(), "but it is disassociated")
 }
 
 // EC2's refusals become the Attached condition and a Warning Event naming
@@ -204,24 +205,24 @@ func TestAWSFailureBecomesCondition(t *testing.T) {
 	denied := ec2double.APIError("UnauthorizedOperation", "You are not authorized to perform this operation.")
 	ec2d.Fail("AssignPrivateIpAddresses", denied, denied)
 	startAgent(t, n1)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
 	f.pod(f.name("app"), name, n1, "192.0.2.141")
-	f.g.Eventually(func(g Gomega) {
+	f.G.Eventually(func(g Gomega) {
 		ip := f.ip(name)
 		c := condition(ip, ipv1.ConditionReady)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(awsprov.ReasonIAMPermissionMissing))
 		g.Expect(c.Message).To(And(ContainSubstring("AssignPrivateIpAddresses"), ContainSubstring("UnauthorizedOperation")))
-	}, waitFor).Should(Succeed())
-	ev := ipEvent(f.ctx, name, awsprov.ReasonIAMPermissionMissing)
-	f.g.Expect(ev).NotTo(BeNil())
-	f.g.Expect(ev.Type).To(Equal(corev1.EventTypeWarning))
-	f.g.Expect(ev.Action).To(Equal("AssignPrivateIpAddresses"))
-	f.g.Expect(ev.Note).To(ContainSubstring("ec2:AssignPrivateIpAddresses"))
+	}, testenv.WaitFor).Should(Succeed())
+	ev := ipEvent(f.Ctx, name, awsprov.ReasonIAMPermissionMissing)
+	f.G.Expect(ev).NotTo(BeNil())
+	f.G.Expect(ev.Type).To(Equal(corev1.EventTypeWarning))
+	f.G.Expect(ev.Action).To(Equal("AssignPrivateIpAddresses"))
+	f.G.Expect(ev.Note).To(ContainSubstring("ec2:AssignPrivateIpAddresses"))
 
 	// The permission granted: the retry (not a tight loop) succeeds.
 	f.readyOn(name, n1, eni1)
-	f.g.Expect(ec2d.Calls("AssignPrivateIpAddresses")-assigns).To(Equal(3), "two refused, one accepted")
+	f.G.Expect(ec2d.Calls("AssignPrivateIpAddresses")-assigns).To(Equal(3), "two refused, one accepted")
 }
 
 // A node that is not on EC2 cannot hold an address of an aws pool: the
@@ -232,20 +233,20 @@ func TestAWSNodeWithoutInstance(t *testing.T) {
 	f.awsPool(pool, "10.0.200.16/29", false)
 	node := f.node(f.name("bare"))
 	startAgent(t, node)
-	f.create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
 	f.pod(f.name("app"), name, node, "192.0.2.151")
-	f.g.Eventually(func(g Gomega) {
+	f.G.Eventually(func(g Gomega) {
 		c := condition(f.ip(name), ipv1.ConditionAttached)
 		g.Expect(c.Reason).To(Equal(awsprov.ReasonInstanceNotFound))
 		g.Expect(c.Message).To(ContainSubstring("spec.providerID"))
-	}, waitFor).Should(Succeed())
-	f.g.Expect(ec2d.Holders(f.ip(name).Status.Address)).To(BeEmpty())
+	}, testenv.WaitFor).Should(Succeed())
+	f.G.Expect(ec2d.Holders(f.ip(name).Status.Address)).To(BeEmpty())
 	p := &ipv1.IPPool{}
-	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: pool}, p)).To(Succeed())
-	f.g.Eventually(func() metav1.ConditionStatus {
-		_ = k8s.Get(f.ctx, client.ObjectKey{Name: pool}, p)
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: pool}, p)).To(Succeed())
+	f.G.Eventually(func() metav1.ConditionStatus {
+		_ = k8s.Get(f.Ctx, client.ObjectKey{Name: pool}, p)
 		return poolCondition(p, ipv1.ConditionReady).Status
-	}, waitFor).Should(Equal(metav1.ConditionTrue))
+	}, testenv.WaitFor).Should(Equal(metav1.ConditionTrue))
 }
 
 // Without the provider, an aws pool's IPs are attached to no node.
@@ -260,12 +261,12 @@ func TestAWSPoolWithoutProviderIsNotSupported(t *testing.T) {
 
 // touch makes the controller reconcile the IP (an annotation change).
 func touch(f *fixture, name string) {
-	f.t.Helper()
+	f.T.Helper()
 	ip := f.ip(name)
 	orig := ip.DeepCopy()
 	if ip.Annotations == nil {
 		ip.Annotations = map[string]string{}
 	}
 	ip.Annotations["test/touch"] = time.Now().String()
-	f.g.Expect(k8s.Patch(f.ctx, ip, client.MergeFrom(orig))).To(Succeed())
+	f.G.Expect(k8s.Patch(f.Ctx, ip, client.MergeFrom(orig))).To(Succeed())
 }

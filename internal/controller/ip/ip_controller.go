@@ -23,7 +23,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,18 +30,16 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
-
-// AgentComponent names the ip-agent's heartbeat Leases (ip-agent-<node>).
-const AgentComponent = "ip-agent"
 
 // resync bounds how long an IP waits when an event was missed.
 const resync = 5 * time.Minute
@@ -97,22 +94,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, r.reportMissing(ctx, req.Name)
 		}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, fmt.Errorf("reading IP %s: %w", req.Name, err)
 	}
 	if !ip.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, ip)
 	}
-	if !controllerutil.ContainsFinalizer(ip, ipv1.Finalizer) {
-		orig := ip.DeepCopy()
-		controllerutil.AddFinalizer(ip, ipv1.Finalizer)
-		return ctrl.Result{}, r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if added, err := statuspatch.AddFinalizer(ctx, r.Client, ip, ipv1.Finalizer); err != nil || added {
+		return ctrl.Result{}, err
 	}
 
-	orig := ip.DeepCopy()
+	status := statuspatch.New(r.Client, ip, statusFields)
 	defer func() {
-		if err := r.patchStatus(ctx, orig, ip, reterr == nil); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
+		summarize(ip)
+		reterr = errors.Join(reterr, status.Patch(ctx, ip, reterr))
 	}()
 	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
 		// Waiting for an address (freed, pool created or grown) or for the
@@ -136,21 +130,9 @@ func (r *Reconciler) retryAfter(ip *ipv1.IP) time.Duration {
 	return allocationRetry
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, ip *ipv1.IP, succeeded bool) error {
-	summarize(ip)
-	if succeeded {
-		ip.Status.ObservedGeneration = ip.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, ip.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where an IP keeps the status statuspatch writes.
+func statusFields(ip *ipv1.IP) (any, *int64) {
+	return ip.Status, &ip.Status.ObservedGeneration
 }
 
 // summarize sets Ready from Allocated and Attached.
@@ -160,7 +142,7 @@ func summarize(ip *ipv1.IP) {
 	for _, t := range []string{ipv1.ConditionAllocated, ipv1.ConditionAttached} {
 		c := meta.FindStatusCondition(ip.Status.Conditions, t)
 		if c == nil {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, "Reconciling", t+" not evaluated yet"
+			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ipv1.ReasonReconciling, t+" not evaluated yet"
 			break
 		}
 		if c.Status != metav1.ConditionTrue {
@@ -180,7 +162,7 @@ func setCondition(ip *ipv1.IP, c metav1.Condition) {
 func (r *Reconciler) reportMissing(ctx context.Context, name string) error {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.MatchingFields{indexClaim: name}); err != nil {
-		return err
+		return fmt.Errorf("listing the pods that claim IP %s: %w", name, err)
 	}
 	for i := range pods.Items {
 		r.Recorder.Eventf(&pods.Items[i], nil, corev1.EventTypeWarning, "IPNotFound", "Claim",
@@ -194,18 +176,19 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.now == nil {
 		r.now = time.Now
 	}
+	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ip"))
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
 	r.aws.init()
 	ipReady.use(mgr.GetCache())
 	if err := addIndexes(ctx, mgr); err != nil {
-		return err
+		return fmt.Errorf("indexing the IP controller's cache: %w", err)
 	}
 	if err := r.Health.Watch(ctx, mgr.GetCache()); err != nil {
-		return err
+		return fmt.Errorf("watching the agents' heartbeats: %w", err)
 	}
 	if err := mgr.Add(r.Health); err != nil {
-		return err
+		return fmt.Errorf("running the agents' heartbeat tracker: %w", err)
 	}
 	claims := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetAnnotations()[ipv1.AnnotationIP]

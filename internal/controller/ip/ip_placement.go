@@ -114,7 +114,7 @@ func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) 
 		}
 		lost, err := r.Health.Lost(ctx, n)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("checking the heartbeat of node %s for IP %s: %w", n, ip.Name, err)
 		}
 		answering[n] = !lost
 	}
@@ -212,6 +212,9 @@ func (r *Reconciler) detach(ctx context.Context, ip *ipv1.IP, why string) (bool,
 		return true, nil
 	}
 	lost, err := r.Health.Lost(ctx, att)
+	if err != nil {
+		err = fmt.Errorf("checking the heartbeat of node %s, attached for IP %s: %w", att, ip.Name, err)
+	}
 	if err != nil || !lost {
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonDetaching, Message: fmt.Sprintf("%s: waiting for node %s to release %s", why, att, ip.Status.Address)})
@@ -297,7 +300,10 @@ func (r *Reconciler) moveRequest(ctx context.Context, ip *ipv1.IP, claimants []i
 func (r *Reconciler) clearMoveRequest(ctx context.Context, ip *ipv1.IP) error {
 	orig := ip.DeepCopy()
 	delete(ip.Annotations, ipv1.AnnotationMoveTo)
-	return r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if err := r.Patch(ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("removing the move request of IP %s: %w", ip.Name, err)
+	}
+	return nil
 }
 
 // deleteStalePods deletes claiming pods stuck on nodes whose agent is lost,
@@ -312,13 +318,13 @@ func (r *Reconciler) deleteStalePods(ctx context.Context, ip *ipv1.IP, pods []co
 		}
 		if lost, err := r.Health.Lost(ctx, p.Spec.NodeName); err != nil || !lost {
 			if err != nil {
-				return err
+				return fmt.Errorf("checking the heartbeat of node %s of pod %s/%s: %w", p.Spec.NodeName, p.Namespace, p.Name, err)
 			}
 			continue
 		}
 		uid := p.UID
 		if err := r.Delete(ctx, p, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
-			return err
+			return fmt.Errorf("deleting pod %s/%s, claiming IP %s on lost node %s: %w", p.Namespace, p.Name, ip.Name, p.Spec.NodeName, err)
 		}
 		r.Recorder.Eventf(p, ip, corev1.EventTypeWarning, "StalePodDeleted", "Failover",
 			"Deleted: node %s is lost and this pod claims IP %s", p.Spec.NodeName, ip.Name)

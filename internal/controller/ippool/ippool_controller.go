@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -24,7 +23,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // Finalizer keeps a pool while addresses are still reserved from it.
@@ -59,22 +60,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, pool, allocated)
 	}
-	if !controllerutil.ContainsFinalizer(pool, Finalizer) {
-		orig := pool.DeepCopy()
-		controllerutil.AddFinalizer(pool, Finalizer)
-		return ctrl.Result{}, r.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if added, err := statuspatch.AddFinalizer(ctx, r.Client, pool, Finalizer); err != nil || added {
+		return ctrl.Result{}, err
 	}
 
-	orig := pool.DeepCopy()
-	defer func() {
-		if reterr == nil {
-			pool.Status.ObservedGeneration = pool.Generation
-		}
-		if !equality.Semantic.DeepEqual(orig.Status, pool.Status) {
-			err := r.Status().Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-			reterr = errors.Join(reterr, client.IgnoreNotFound(err))
-		}
-	}()
+	status := statuspatch.New(r.Client, pool, statusFields)
+	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, pool, reterr)) }()
 	ready := metav1.Condition{Type: ipv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipv1.ReasonReady}
 	parsed, err := ipam.NewPool(pool.Spec.Addresses, pool.Spec.Reserved)
 	if err == nil {
@@ -140,22 +131,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, pool *ipv1.IPPool, all
 		return nil
 	}
 	if allocated > 0 {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "DeleteBlocked", "Delete",
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, ipv1.ReasonDeleteBlocked, "Delete",
 			"%d addresses are still allocated from this pool; delete their IPs first", allocated)
 		return nil
 	}
 	poolAddresses.DeleteLabelValues(pool.Name, "size")
 	poolAddresses.DeleteLabelValues(pool.Name, "allocated")
-	orig := pool.DeepCopy()
-	controllerutil.RemoveFinalizer(pool, Finalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, pool, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+	return statuspatch.RemoveFinalizer(ctx, r.Client, pool, Finalizer)
 }
 
 // addresses lists the reservations made from the pool.
 func (r *Reconciler) addresses(ctx context.Context, pool string) ([]networkingv1.IPAddress, error) {
 	list := &networkingv1.IPAddressList{}
 	if err := r.List(ctx, list, client.MatchingLabels{ipv1.LabelPool: pool}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing the addresses reserved from IPPool %s: %w", pool, err)
 	}
 	return list.Items, nil
 }
@@ -164,7 +153,7 @@ func (r *Reconciler) addresses(ctx context.Context, pool string) ([]networkingv1
 func (r *Reconciler) overlapping(ctx context.Context, pool *ipv1.IPPool, parsed *ipam.Pool) (string, error) {
 	pools := &ipv1.IPPoolList{}
 	if err := r.List(ctx, pools); err != nil {
-		return "", err
+		return "", fmt.Errorf("listing IPPools to find those IPPool %s overlaps: %w", pool.Name, err)
 	}
 	slices.SortFunc(pools.Items, older)
 	for i := range pools.Items {
@@ -186,6 +175,11 @@ func older(a, b ipv1.IPPool) int {
 	return strings.Compare(a.Name, b.Name)
 }
 
+// statusFields is where an IPPool keeps the status statuspatch writes.
+func statusFields(pool *ipv1.IPPool) (any, *int64) {
+	return pool.Status, &pool.Status.ObservedGeneration
+}
+
 func setCondition(pool *ipv1.IPPool, c metav1.Condition) {
 	c.ObservedGeneration = pool.Generation
 	meta.SetStatusCondition(&pool.Status.Conditions, c)
@@ -195,6 +189,7 @@ func setCondition(pool *ipv1.IPPool, c metav1.Condition) {
 // changes, when its addresses are reserved or released, and when another
 // pool changes (overlaps).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ippool"))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ippool").
 		For(&ipv1.IPPool{}).

@@ -7,50 +7,42 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // fixture names objects uniquely per test so tests share one API server.
 // Each test uses its own address ranges: pools anywhere in the cluster
 // overlap-check each other.
-type fixture struct {
-	t   *testing.T
-	g   *WithT
-	ctx context.Context
-	id  string
-}
+type fixture struct{ *testenv.Fixture }
 
-func newFixture(t *testing.T) *fixture {
-	return &fixture{t: t, g: NewWithT(t), ctx: context.Background(), id: rand.String(5)}
-}
+func newFixture(t *testing.T) *fixture { return &fixture{testenv.NewFixture(t, k8s)} }
 
-func (f *fixture) name(s string) string { return s + "-" + f.id }
+func (f *fixture) name(s string) string { return s + "-" + f.ID }
 
 // pool creates an IPPool of CIDRs, deleted when the test ends.
 func (f *fixture) pool(name string, cidrs ...string) string {
-	f.t.Helper()
+	f.T.Helper()
 	return f.poolWithSpec(name, ipv1.IPPoolSpec{Addresses: cidrs})
 }
 
 func (f *fixture) poolWithSpec(name string, spec ipv1.IPPoolSpec) string {
-	f.t.Helper()
+	f.T.Helper()
 	p := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
-	f.g.Expect(k8s.Create(f.ctx, p)).To(Succeed())
-	f.t.Cleanup(func() {
+	f.G.Expect(k8s.Create(f.Ctx, p)).To(Succeed())
+	f.T.Cleanup(func() {
 		// The addresses are deleted first (cleanups run last-in first-out);
 		// the admission policy refuses the delete until the status says so.
-		NewWithT(f.t).Eventually(func() error {
+		NewWithT(f.T).Eventually(func() error {
 			return client.IgnoreNotFound(k8s.Delete(context.Background(), p))
-		}, waitFor).Should(Succeed())
+		}, testenv.WaitFor).Should(Succeed())
 	})
 	return name
 }
@@ -58,37 +50,37 @@ func (f *fixture) poolWithSpec(name string, spec ipv1.IPPoolSpec) string {
 // reserve creates the IPAddress object that reserves addr from pool for
 // the IP named ip, as the IP controller does.
 func (f *fixture) reserve(addr, pool, ip string) *networkingv1.IPAddress {
-	f.t.Helper()
+	f.T.Helper()
 	a := &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Name: addr, Labels: map[string]string{ipv1.LabelPool: pool}},
 		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
 			Group: ipv1.GroupVersion.Group, Resource: "ips", Name: ip,
 		}},
 	}
-	f.g.Expect(k8s.Create(f.ctx, a)).To(Succeed())
-	f.t.Cleanup(func() { _ = k8s.Delete(context.Background(), a) })
+	f.G.Expect(k8s.Create(f.Ctx, a)).To(Succeed())
+	f.T.Cleanup(func() { _ = k8s.Delete(context.Background(), a) })
 	return a
 }
 
 // poolInUse creates the pool <net>.0/29 with <net>.2 and <net>.3 reserved
 // from it, and waits until its status counts them.
 func (f *fixture) poolInUse(net string) (pool string, a, b *networkingv1.IPAddress) {
-	f.t.Helper()
+	f.T.Helper()
 	pool = f.pool(f.name("pool"), net+".0/29")
 	a, b = f.reserve(net+".2", pool, "a"), f.reserve(net+".3", pool, "b")
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(6, 2, 4, "2 of 6 addresses allocated")))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(6, 2, 4, "2 of 6 addresses allocated")))
 	return pool, a, b
 }
 
 // getErr is the error of reading the pool.
 func (f *fixture) getErr(name string) func() error {
-	return func() error { return k8s.Get(f.ctx, client.ObjectKey{Name: name}, &ipv1.IPPool{}) }
+	return func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IPPool{}) }
 }
 
 func (f *fixture) get(name string) *ipv1.IPPool {
-	f.t.Helper()
+	f.T.Helper()
 	p := &ipv1.IPPool{}
-	f.g.Expect(k8s.Get(f.ctx, client.ObjectKey{Name: name}, p)).To(Succeed())
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, p)).To(Succeed())
 	return p
 }
 
@@ -121,20 +113,6 @@ func ready(size, allocated, available int64, message string) status {
 		Ready: metav1.ConditionTrue, Reason: ipv1.ReasonReady, Message: message, Observed: true}
 }
 
-// poolEvents are the Events about a pool (cluster-scoped objects' Events
-// are in the default namespace).
-func poolEvents(ctx context.Context, name string) []eventsv1.Event {
-	list := &eventsv1.EventList{}
-	_ = k8s.List(ctx, list, client.InNamespace("default"))
-	var events []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "IPPool" && e.Regarding.Name == name {
-			events = append(events, e)
-		}
-	}
-	return events
-}
-
 // A pool's status counts the addresses reserved from it, as IPAddress
 // objects labelled with its name, against what it can hand out.
 func TestStatusCountsAllocatedAddresses(t *testing.T) {
@@ -142,25 +120,25 @@ func TestStatusCountsAllocatedAddresses(t *testing.T) {
 	// 10.10.1.1-6 (no network or broadcast address) and 2001:db8:1::1-7
 	// (no subnet-router anycast address).
 	pool := f.pool(f.name("pool"), "10.10.1.0/29", "2001:db8:1::/125")
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(13, 0, 13, "0 of 13 addresses allocated")))
-	f.g.Expect(f.get(pool).Finalizers).To(ContainElement(Finalizer))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(13, 0, 13, "0 of 13 addresses allocated")))
+	f.G.Expect(f.get(pool).Finalizers).To(ContainElement(Finalizer))
 
 	v4 := f.reserve("10.10.1.2", pool, "a")
 	f.reserve("2001:db8:1::2", pool, "b")
 	other := f.pool(f.name("other"), "10.10.11.0/29")
 	f.reserve("10.10.11.2", other, "c") // another pool's: not counted
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(13, 2, 11, "2 of 13 addresses allocated")))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(13, 2, 11, "2 of 13 addresses allocated")))
 
-	f.g.Expect(k8s.Delete(f.ctx, v4)).To(Succeed())
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(13, 1, 12, "1 of 13 addresses allocated")))
+	f.G.Expect(k8s.Delete(f.Ctx, v4)).To(Succeed())
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(13, 1, 12, "1 of 13 addresses allocated")))
 
 	// A spec change is observed.
 	p := f.get(pool)
 	orig := p.DeepCopy()
 	p.Spec.Addresses = append(p.Spec.Addresses, "10.10.1.8/30")
-	f.g.Expect(k8s.Patch(f.ctx, p, client.MergeFrom(orig))).To(Succeed())
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(15, 1, 14, "1 of 15 addresses allocated")))
-	f.g.Expect(f.status(other)()).To(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
+	f.G.Expect(k8s.Patch(f.Ctx, p, client.MergeFrom(orig))).To(Succeed())
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(15, 1, 14, "1 of 15 addresses allocated")))
+	f.G.Expect(f.status(other)()).To(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
 }
 
 // status.available is what automatic allocation can still hand out: an IP
@@ -170,10 +148,10 @@ func TestAvailableIgnoresReservedAddressesInUse(t *testing.T) {
 	f := newFixture(t)
 	// 10.10.2.2-6 hand out automatically; 10.10.2.1 only on request.
 	pool := f.poolWithSpec(f.name("pool"), ipv1.IPPoolSpec{Addresses: []string{"10.10.2.0/29"}, Reserved: []string{"10.10.2.1"}})
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(5, 0, 5, "0 of 5 addresses allocated")))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(5, 0, 5, "0 of 5 addresses allocated")))
 	f.reserve("10.10.2.1", pool, "gateway")
 	f.reserve("10.10.2.2", pool, "a")
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(5, 2, 4, "2 of 5 addresses allocated")))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(5, 2, 4, "2 of 5 addresses allocated")))
 }
 
 // Of two overlapping pools the younger is not Ready and names the older;
@@ -182,21 +160,21 @@ func TestYoungerOverlappingPoolIsNotReady(t *testing.T) {
 	f := newFixture(t)
 	// Names sort the other way round: age decides, not the name.
 	older := f.pool(f.name("z-older"), "10.10.3.0/28")
-	f.g.Eventually(f.status(older), waitFor).Should(Equal(ready(14, 0, 14, "0 of 14 addresses allocated")))
+	f.G.Eventually(f.status(older), testenv.WaitFor).Should(Equal(ready(14, 0, 14, "0 of 14 addresses allocated")))
 	// Creation timestamps have a resolution of one second.
 	time.Sleep(time.Until(f.get(older).CreationTimestamp.Add(time.Second + 100*time.Millisecond)))
 	younger := f.pool(f.name("a-younger"), "10.10.3.8/29")
 
-	f.g.Eventually(f.status(younger), waitFor).Should(And(
+	f.G.Eventually(f.status(younger), testenv.WaitFor).Should(And(
 		HaveField("Ready", metav1.ConditionFalse),
 		HaveField("Reason", ipv1.ReasonPoolOverlap),
 		HaveField("Message", "addresses overlap IPPool "+older+", which is older; an address belongs to whichever IP reserves it first"),
 		HaveField("Observed", true),
 	))
-	f.g.Consistently(f.status(older), 2*time.Second, 100*time.Millisecond).Should(Equal(ready(14, 0, 14, "0 of 14 addresses allocated")))
+	f.G.Consistently(f.status(older), 2*time.Second, 100*time.Millisecond).Should(Equal(ready(14, 0, 14, "0 of 14 addresses allocated")))
 
-	f.g.Expect(k8s.Delete(f.ctx, f.get(older))).To(Succeed())
-	f.g.Eventually(f.status(younger), waitFor).Should(Equal(ready(6, 0, 6, "0 of 6 addresses allocated")))
+	f.G.Expect(k8s.Delete(f.Ctx, f.get(older))).To(Succeed())
+	f.G.Eventually(f.status(younger), testenv.WaitFor).Should(Equal(ready(6, 0, 6, "0 of 6 addresses allocated")))
 }
 
 // liftDeletePolicy removes the admission policy's binding until the test
@@ -209,7 +187,7 @@ func liftDeletePolicy(t *testing.T, g *WithT, pool string) {
 	})
 	g.Eventually(func() error {
 		return k8s.Delete(context.Background(), &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}}, client.DryRunAll)
-	}, waitFor).Should(Succeed())
+	}, testenv.WaitFor).Should(Succeed())
 }
 
 // A pool deleted while addresses are reserved from it stays, with a
@@ -218,21 +196,20 @@ func TestDeletionWaitsForAllocatedAddresses(t *testing.T) {
 	f := newFixture(t)
 	pool, a, b := f.poolInUse("10.10.4")
 
-	liftDeletePolicy(t, f.g, pool)
-	f.g.Expect(k8s.Delete(f.ctx, f.get(pool))).To(Succeed())
-	f.g.Eventually(func() []eventsv1.Event { return poolEvents(f.ctx, pool) }, waitFor).Should(ContainElement(And(
-		HaveField("Type", corev1.EventTypeWarning),
-		HaveField("Reason", "DeleteBlocked"),
-		HaveField("Note", "2 addresses are still allocated from this pool; delete their IPs first"),
-	)))
-	f.g.Consistently(func() []string { return f.get(pool).Finalizers }, time.Second, 100*time.Millisecond).Should(
+	liftDeletePolicy(t, f.G, pool)
+	f.G.Expect(k8s.Delete(f.Ctx, f.get(pool))).To(Succeed())
+	// A cluster-scoped object's Events are in the default namespace.
+	e := f.Event("IPPool", client.ObjectKey{Namespace: "default", Name: pool}, ipv1.ReasonDeleteBlocked)
+	f.G.Expect(e.Type).To(Equal(corev1.EventTypeWarning))
+	f.G.Expect(e.Note).To(Equal("2 addresses are still allocated from this pool; delete their IPs first"))
+	f.G.Consistently(func() []string { return f.get(pool).Finalizers }, time.Second, 100*time.Millisecond).Should(
 		ContainElement(Finalizer))
 
-	f.g.Expect(k8s.Delete(f.ctx, a)).To(Succeed())
-	f.g.Consistently(func() []string { return f.get(pool).Finalizers }, time.Second, 100*time.Millisecond).Should(
+	f.G.Expect(k8s.Delete(f.Ctx, a)).To(Succeed())
+	f.G.Consistently(func() []string { return f.get(pool).Finalizers }, time.Second, 100*time.Millisecond).Should(
 		ContainElement(Finalizer), "one address is still reserved")
-	f.g.Expect(k8s.Delete(f.ctx, b)).To(Succeed())
-	f.g.Eventually(f.getErr(pool), waitFor).Should(Satisfy(apierrors.IsNotFound))
+	f.G.Expect(k8s.Delete(f.Ctx, b)).To(Succeed())
+	f.G.Eventually(f.getErr(pool), testenv.WaitFor).Should(Satisfy(apierrors.IsNotFound))
 }
 
 // The API server refuses to delete a pool whose status counts allocated
@@ -244,18 +221,18 @@ func TestPolicyRefusesDeletingAPoolInUse(t *testing.T) {
 	message := "IPPool " + pool + " still has 2 allocated addresses; delete the IPs that use it first (kubectl kubext ip list)"
 	// A new policy takes a moment to take effect; a dry run leaves the pool
 	// alone until it does.
-	f.g.Eventually(func() error { return k8s.Delete(f.ctx, f.get(pool), client.DryRunAll) }, waitFor).Should(
+	f.G.Eventually(func() error { return k8s.Delete(f.Ctx, f.get(pool), client.DryRunAll) }, testenv.WaitFor).Should(
 		MatchError(ContainSubstring(message)))
-	err := k8s.Delete(f.ctx, f.get(pool))
-	f.g.Expect(err).To(MatchError(ContainSubstring(message)))
-	f.g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
-	f.g.Expect(f.get(pool).DeletionTimestamp).To(BeNil())
+	err := k8s.Delete(f.Ctx, f.get(pool))
+	f.G.Expect(err).To(MatchError(ContainSubstring(message)))
+	f.G.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+	f.G.Expect(f.get(pool).DeletionTimestamp).To(BeNil())
 
-	f.g.Expect(k8s.Delete(f.ctx, a)).To(Succeed())
-	f.g.Expect(k8s.Delete(f.ctx, b)).To(Succeed())
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(6, 0, 6, "0 of 6 addresses allocated")))
-	f.g.Expect(k8s.Delete(f.ctx, f.get(pool))).To(Succeed())
-	f.g.Eventually(f.getErr(pool), waitFor).Should(Satisfy(apierrors.IsNotFound))
+	f.G.Expect(k8s.Delete(f.Ctx, a)).To(Succeed())
+	f.G.Expect(k8s.Delete(f.Ctx, b)).To(Succeed())
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(6, 0, 6, "0 of 6 addresses allocated")))
+	f.G.Expect(k8s.Delete(f.Ctx, f.get(pool))).To(Succeed())
+	f.G.Eventually(f.getErr(pool), testenv.WaitFor).Should(Satisfy(apierrors.IsNotFound))
 }
 
 // A reconcile that finds nothing to change writes nothing: no churn for
@@ -264,20 +241,20 @@ func TestIdleReconcileWritesNothing(t *testing.T) {
 	f := newFixture(t)
 	pool := f.pool(f.name("pool"), "10.10.6.0/29")
 	f.reserve("10.10.6.2", pool, "a")
-	f.g.Eventually(f.status(pool), waitFor).Should(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
 	// Times in the API have a resolution of one second: a write stamped
 	// with the time would now differ from the last one.
 	time.Sleep(1100 * time.Millisecond)
 	version := f.get(pool).ResourceVersion
 
 	// Every pool is reconciled when another pool comes or changes (overlaps).
-	before := reconciles(f.g)
+	before := reconciles(f.G)
 	other := f.pool(f.name("other"), "10.10.16.0/29")
 	f.reserve("10.10.16.2", other, "b")
-	f.g.Eventually(f.status(other), waitFor).Should(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
-	f.g.Expect(reconciles(f.g)).To(BeNumerically(">=", before+3), "the other pool's creation, finalizer and status each reconcile every pool")
+	f.G.Eventually(f.status(other), testenv.WaitFor).Should(Equal(ready(6, 1, 5, "1 of 6 addresses allocated")))
+	f.G.Expect(reconciles(f.G)).To(BeNumerically(">=", before+3), "the other pool's creation, finalizer and status each reconcile every pool")
 
-	f.g.Consistently(func() string { return f.get(pool).ResourceVersion }, 2*time.Second, 100*time.Millisecond).Should(Equal(version))
+	f.G.Consistently(func() string { return f.get(pool).ResourceVersion }, 2*time.Second, 100*time.Millisecond).Should(Equal(version))
 }
 
 // reconciles is how many reconciles the ippool controller has finished.

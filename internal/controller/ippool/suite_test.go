@@ -3,41 +3,32 @@ package ippool
 import (
 	"context"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/testenv"
 )
 
-// waitFor is the patience of every Eventually in this package.
-const waitFor = 20 * time.Second
-
 var (
-	k8s    client.Client // direct, uncached
-	scheme = runtime.NewScheme()
+	k8s client.Client // direct, uncached
 	// binding is the ValidatingAdmissionPolicyBinding of
 	// config/policy/ippool-delete.yaml, without server-set metadata.
 	binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 )
 
 func TestMain(m *testing.M) {
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(ipv1.AddToScheme(scheme))
 	testenv.Main(m, startManager)
 }
 
 func startManager(ctx context.Context, env *testenv.Env) error {
 	var err error
-	k8s, err = client.New(env.Config, client.Options{Scheme: scheme})
+	k8s, _, err = env.RunManager(ctx, func(mgr ctrl.Manager) error {
+		return (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr)
+	}, ipv1.AddToScheme)
 	if err != nil {
 		return err
 	}
@@ -50,16 +41,5 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		return err
 	}
 	binding.ObjectMeta = metav1.ObjectMeta{Name: binding.Name}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
-	if err != nil {
-		return err
-	}
-	if err := (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	testenv.StartManager(ctx, mgr)
 	return nil
 }

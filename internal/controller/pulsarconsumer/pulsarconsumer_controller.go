@@ -8,19 +8,18 @@ package pulsarconsumer
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/ownedapply"
+	"github.com/kubext/kubext/internal/statuspatch"
 	"github.com/kubext/kubext/internal/version"
 )
 
@@ -88,19 +87,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 
-	orig := pc.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, orig, pc, reterr); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
-	}()
+	status := statuspatch.New(r.Client, pc, statusFields)
+	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, pc, reterr)) }()
 	dep, err := r.reconcileDeployment(ctx, pc)
 	if dep != nil {
 		observe(pc, dep)
 	}
-	var failure *applyFailure
-	if errors.As(err, &failure) {
-		failure.report(pc, dep == nil)
+	if failure := statuspatch.As(err); failure != nil {
+		reportFailure(pc, failure, dep == nil)
 	}
 	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change. Its deletion is not an event for this
@@ -110,28 +104,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return ctrl.Result{}, err
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from. observedGeneration moves
-// on when the reconcile finished with this generation: it succeeded, or the
-// spec was refused for good.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, pc *pulsarv1.PulsarConsumer, reconcileErr error) error {
-	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
-		pc.Status.ObservedGeneration = pc.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, pc.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, pc, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where a PulsarConsumer keeps the status statuspatch
+// writes.
+func statusFields(pc *pulsarv1.PulsarConsumer) (any, *int64) {
+	return pc.Status, &pc.Status.ObservedGeneration
 }
 
 // SetupWithManager registers the controller. It watches the Deployments it
 // owns, so that a Deployment edited or deleted by hand is put back at once
 // and the status follows the Deployment's.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "pulsarconsumer"))
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("pulsarconsumer").
 		For(&pulsarv1.PulsarConsumer{}).

@@ -12,10 +12,10 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
 	"github.com/kubext/kubext/internal/ownedapply"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 const (
@@ -37,65 +37,44 @@ const (
 	nameTakenRetry = time.Minute
 )
 
-// applyFailure is a reconcile that could not make the Deployment match the
-// spec, with the condition reason and message that tell the user why.
-type applyFailure struct {
-	reason  string
-	message string
-	err     error
-}
-
-func (f *applyFailure) Error() string { return f.message }
-func (f *applyFailure) Unwrap() error { return f.err }
-
 // reconcileDeployment makes the PulsarConsumer's Deployment match its spec,
 // writing only when one of the fields kubext owns differs (a change of
 // spec, an edit by hand, a missing Deployment). It returns the Deployment as
 // it now stands, or as it stood when writing failed (nil if there is none
-// of ours), and an *applyFailure when it could not write.
+// of ours), and a *statuspatch.Error when it could not write (wrapping
+// ownedapply.ErrNotControlled when a Deployment of the name is not the
+// PulsarConsumer's).
 func (r *Reconciler) reconcileDeployment(ctx context.Context, pc *pulsarv1.PulsarConsumer) (*appsv1.Deployment, error) {
 	dep, result, err := ownedapply.Apply(ctx, r.Client, FieldOwner, pc, pc.Status.ObservedGeneration,
 		desiredDeployment(pc, r.image(pc)), appsv1ac.ExtractDeployment)
 	var write *ownedapply.WriteError
 	switch {
 	case errors.Is(err, ownedapply.ErrNotControlled):
-		return nil, &applyFailure{
-			reason: pulsarv1.ReasonDeploymentExists,
-			message: fmt.Sprintf("Deployment %s exists and is not controlled by this PulsarConsumer; "+
-				"delete or rename that Deployment, or rename the PulsarConsumer", pc.Name),
-			err: err,
-		}
+		return nil, statuspatch.Failed(pulsarv1.ReasonDeploymentExists, err,
+			"Deployment %s exists and is not controlled by this PulsarConsumer; "+
+				"delete or rename that Deployment, or rename the PulsarConsumer", pc.Name)
 	case errors.As(err, &write) && write.Rejected:
 		r.Recorder.Eventf(pc, nil, corev1.EventTypeWarning, pulsarv1.ReasonDeploymentRejected, "Apply",
 			"The API server refused the Deployment: %v", write.Err)
-		return dep, &applyFailure{
-			reason:  pulsarv1.ReasonDeploymentRejected,
-			message: fmt.Sprintf("The API server refused the Deployment: %v", write.Err),
-			err:     reconcile.TerminalError(write.Err),
-		}
+		return dep, statuspatch.Refused(pulsarv1.ReasonDeploymentRejected, write.Err,
+			"The API server refused the Deployment: %v", write.Err)
 	case errors.As(err, &write):
-		return dep, &applyFailure{
-			reason:  pulsarv1.ReasonApplyFailed,
-			message: fmt.Sprintf("Writing Deployment %s failed, will retry: %v", pc.Name, write.Err),
-			err:     write.Err,
-		}
+		return dep, statuspatch.Failed(pulsarv1.ReasonApplyFailed, write.Err,
+			"Writing Deployment %s failed, will retry: %v", pc.Name, write.Err)
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("applying Deployment %s/%s: %w", pc.Namespace, pc.Name, err)
 	}
-	switch result {
-	case ownedapply.Created:
-		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Created", "Apply",
-			"Created Deployment %s: %d consumer(s) of %s on %s, subscription %s (%s)", pc.Name,
+	created := ""
+	if result == ownedapply.Created {
+		created = fmt.Sprintf(": %d consumer(s) of %s on %s, subscription %s (%s)",
 			*dep.Spec.Replicas, pc.Spec.Topic, pc.Spec.ServerAddress, pc.Spec.SubscriptionName, pc.Spec.SubscriptionType)
-	case ownedapply.Updated:
-		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Updated", "Apply",
-			"Updated Deployment %s to the PulsarConsumer's new spec", pc.Name)
-	case ownedapply.Healed:
-		r.Recorder.Eventf(pc, dep, corev1.EventTypeNormal, "Healed", "Apply",
-			"Put back Deployment %s, changed outside of its PulsarConsumer", pc.Name)
 	}
+	deploymentReport.Record(r.Recorder, pc, dep, result, created)
 	return dep, nil
 }
+
+// deploymentReport words the Events of the Deployments' writes.
+var deploymentReport = ownedapply.Report{Kind: "Deployment", OwnerKind: "PulsarConsumer"}
 
 func (r *Reconciler) image(pc *pulsarv1.PulsarConsumer) string {
 	switch {

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // observe sets the status from what the Deployment reports: its replica
@@ -76,16 +77,16 @@ func observe(pc *pulsarv1.PulsarConsumer, dep *appsv1.Deployment) {
 	}
 }
 
-// report sets the conditions of a reconcile that could not write the
-// Deployment. With no Deployment of ours to observe, no consumer runs.
-func (f *applyFailure) report(pc *pulsarv1.PulsarConsumer, noDeployment bool) {
+// reportFailure sets the conditions of a reconcile that could not write
+// the Deployment. With no Deployment of ours to observe, no consumer runs.
+func reportFailure(pc *pulsarv1.PulsarConsumer, f *statuspatch.Error, noDeployment bool) {
 	if noDeployment {
 		pc.Status.Replicas, pc.Status.ReadyReplicas, pc.Status.AvailableReplicas = 0, 0, 0
 		pc.Status.Selector = ""
-		setCondition(pc, pulsarv1.ConditionAvailable, metav1.ConditionFalse, f.reason, "%s", f.message)
-		setCondition(pc, pulsarv1.ConditionProgressing, metav1.ConditionFalse, f.reason, "%s", f.message)
+		setCondition(pc, pulsarv1.ConditionAvailable, metav1.ConditionFalse, f.Reason, "%s", f.Message)
+		setCondition(pc, pulsarv1.ConditionProgressing, metav1.ConditionFalse, f.Reason, "%s", f.Message)
 	}
-	setCondition(pc, pulsarv1.ConditionDegraded, metav1.ConditionTrue, f.reason, "%s", f.message)
+	setCondition(pc, pulsarv1.ConditionDegraded, metav1.ConditionTrue, f.Reason, "%s", f.Message)
 }
 
 func deploymentCondition(dep *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.DeploymentCondition {
@@ -104,7 +105,7 @@ func setCondition[S ~string](pc *pulsarv1.PulsarConsumer, t string, status S, re
 	if reason == "" {
 		// A condition needs a reason; a Deployment condition written by
 		// hand may have none.
-		reason = "Unspecified"
+		reason = pulsarv1.ReasonUnspecified
 	}
 	meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{
 		Type:               t,

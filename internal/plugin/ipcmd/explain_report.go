@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/plugin"
@@ -124,7 +125,7 @@ func newExplanationReport(f *facts) explanationReport {
 	}
 	for i := range f.pods {
 		p := &f.pods[i]
-		r.Pods = append(r.Pods, podReport{Name: p.Namespace + "/" + p.Name, Phase: string(p.Status.Phase), Ready: podReady(p),
+		r.Pods = append(r.Pods, podReport{Name: p.Namespace + "/" + p.Name, Phase: string(p.Status.Phase), Ready: podutils.IsPodReady(p),
 			Node: p.Spec.NodeName, Role: f.role(p)})
 	}
 	for i := range f.events[max(0, len(f.events)-shownEvents):] {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/kubectl/pkg/util/podutils"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
@@ -152,7 +153,7 @@ func (f *facts) ineligible(p *corev1.Pod) string {
 	if !f.agentOf(node).alive {
 		return fmt.Sprintf("the agent on node %s is not alive", node)
 	}
-	if !podReady(p) {
+	if !podutils.IsPodReady(p) {
 		return "not Ready"
 	}
 	if p.Status.PodIP == "" {
@@ -460,7 +461,7 @@ func writePods(w io.Writer, f *facts) {
 		for i := range f.pods {
 			p := &f.pods[i]
 			ready := "no"
-			if podReady(p) {
+			if podutils.IsPodReady(p) {
 				ready = "yes"
 			}
 			row(tw, p.Namespace+"/"+p.Name, orDash(string(p.Status.Phase)), ready, orDash(p.Spec.NodeName), f.role(p))
@@ -497,15 +498,6 @@ func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 8, 
 // row writes one indented tab-separated line.
 func row(w io.Writer, cells ...string) {
 	fmt.Fprintln(w, "  "+strings.Join(cells, "\t"))
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // since formats an elapsed time the way kubectl does ("5s", "3m12s", "2d").

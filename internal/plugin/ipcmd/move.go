@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -190,17 +194,30 @@ func moveProgress(ip *ipv1.IP, target string) (moveStep, string) {
 }
 
 // follow prints the move's progress until the target holds the IP and it is
-// Ready, the controller refuses, or the timeout runs out.
+// Ready, the controller refuses, or the timeout runs out. It follows the IP
+// with client-go's watch.UntilWithSync, which lists it, watches it, and
+// lists again whenever a watch ends or expires.
 func (o *moveOptions) follow(ctx context.Context, c client.WithWatch, ip *ipv1.IP, target string, start time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	// A move the controller dropped shows as no change for the settle time:
+	// the timer stops the watch then, and refused says so.
+	watching, stopWatching := context.WithCancel(ctx)
+	defer stopWatching()
 	var (
-		settle <-chan time.Time
-		last   string
-		step   moveStep
+		settle  *time.Timer
+		settled atomic.Bool
+		last    string
+		step    moveStep
 	)
-	// observe prints what changed and reports whether the move is done.
-	observe := func(cur *ipv1.IP) bool {
+	observe := func(ev watch.Event) (bool, error) {
+		if ev.Type == watch.Deleted {
+			return false, errDeletedWhileWaiting
+		}
+		cur, ok := ev.Object.(*ipv1.IP)
+		if !ok {
+			return false, nil
+		}
 		ip = cur
 		var line string
 		step, line = moveProgress(ip, target)
@@ -210,40 +227,42 @@ func (o *moveOptions) follow(ctx context.Context, c client.WithWatch, ip *ipv1.I
 		}
 		switch {
 		case step == stepNotMoving && settle == nil:
-			settle = time.After(o.settle)
-		case step != stepNotMoving:
+			settle = time.AfterFunc(o.settle, func() { settled.Store(true); stopWatching() })
+		case step != stepNotMoving && settle != nil:
+			settle.Stop()
 			settle = nil
 		}
-		return step == stepDone
+		return step == stepDone, nil
 	}
-	updates := watchIP(ctx, c, ip.Name, ip.ResourceVersion)
-	for done := observe(ip); !done; {
-		select {
-		case u, ok := <-updates:
-			switch {
-			case !ok:
-				updates = nil // ended with ctx: ctx.Done() is next
-			case u.err != nil:
-				return fmt.Errorf("IP %s: %w", ip.Name, u.err)
-			default:
-				done = observe(u.ip)
-			}
-		case <-settle:
-			return o.refused(ctx, c, ip, target)
-		case <-ctx.Done():
-			msg := fmt.Sprintf("timed out after %s waiting for IP %s to move to %s", o.timeout, ip.Name, target)
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				msg = fmt.Sprintf("interrupted while waiting for IP %s to move to %s", ip.Name, target)
-			}
-			if last != "" {
-				msg += " (last: " + last + ")"
-			}
-			if step == stepRequested {
-				msg += fmt.Sprintf(". The controller has not acted on the request: is the kubext manager running? The request stays; withdraw it with: kubectl annotate ips %s %s-",
-					ip.Name, ipv1.AnnotationMoveTo)
-			}
-			return errors.New(msg)
+	exists := func(store cache.Store) (bool, error) {
+		if _, ok, _ := store.GetByKey(ip.Name); !ok {
+			return false, errDeletedWhileWaiting
 		}
+		return false, nil
+	}
+	_, err := watchtools.UntilWithSync(watching, ipListWatch(c, ip.Name), &ipv1.IP{}, exists, observe)
+	if settle != nil {
+		settle.Stop()
+	}
+	switch {
+	case err == nil:
+	case settled.Load():
+		return o.refused(ctx, c, ip, target)
+	case ctx.Err() != nil:
+		msg := fmt.Sprintf("timed out after %s waiting for IP %s to move to %s", o.timeout, ip.Name, target)
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			msg = fmt.Sprintf("interrupted while waiting for IP %s to move to %s", ip.Name, target)
+		}
+		if last != "" {
+			msg += " (last: " + last + ")"
+		}
+		if step == stepRequested {
+			msg += fmt.Sprintf(". The controller has not acted on the request: is the kubext manager running? The request stays; withdraw it with: kubectl annotate ips %s %s-",
+				ip.Name, ipv1.AnnotationMoveTo)
+		}
+		return errors.New(msg)
+	default:
+		return fmt.Errorf("IP %s: %w", ip.Name, err)
 	}
 	fmt.Fprintf(o.env.Out, "IP %s (%s) moved to %s on node %s in %s.\n",
 		ip.Name, ip.Status.Address, target, ip.Status.Node, elapsed(o.env.Now().Sub(start)))
@@ -267,68 +286,22 @@ func (o *moveOptions) refused(ctx context.Context, c client.Reader, ip *ipv1.IP,
 	return fmt.Errorf("move of IP %s to %s refused; see: kubectl kubext ip explain %s", ip.Name, target, ip.Name)
 }
 
-// ipUpdate is one observed version of the IP, or why there is none.
-type ipUpdate struct {
-	ip  *ipv1.IP
-	err error
-}
+// errDeletedWhileWaiting is the IP being deleted during a move.
+var errDeletedWhileWaiting = errors.New("deleted while waiting")
 
-// watchIP sends every new version of the IP after resourceVersion until ctx
-// ends. When a watch ends (the API server closes them now and then) it
-// reads the IP again and watches on from there.
-func watchIP(ctx context.Context, c client.WithWatch, name, resourceVersion string) <-chan ipUpdate {
-	out := make(chan ipUpdate)
-	send := func(u ipUpdate) bool {
-		select {
-		case out <- u:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+// ipListWatch lists and watches the IP of name only.
+func ipListWatch(c client.WithWatch, name string) cache.ListerWatcher {
+	only := client.MatchingFields{"metadata.name": name}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &ipv1.IPList{}
+			err := c.List(ctx, list, only, &client.ListOptions{Raw: &opts})
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, &ipv1.IPList{}, only, &client.ListOptions{Raw: &opts})
+		},
 	}
-	go func() {
-		defer close(out)
-		rv := resourceVersion
-		for ctx.Err() == nil {
-			w, err := c.Watch(ctx, &ipv1.IPList{}, client.MatchingFields{"metadata.name": name},
-				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-			if err == nil {
-				for ev := range w.ResultChan() {
-					ip, ok := ev.Object.(*ipv1.IP)
-					if !ok || ev.Type == watch.Error || ev.Type == watch.Bookmark {
-						break // expired resourceVersion and the like: read afresh
-					}
-					if ev.Type == watch.Deleted {
-						w.Stop()
-						send(ipUpdate{err: errors.New("deleted while waiting")})
-						return
-					}
-					rv = ip.ResourceVersion
-					if !send(ipUpdate{ip: ip}) {
-						w.Stop()
-						return
-					}
-				}
-				w.Stop()
-			}
-			ip := &ipv1.IP{}
-			switch err := c.Get(ctx, types.NamespacedName{Name: name}, ip); {
-			case apierrors.IsNotFound(err):
-				send(ipUpdate{err: errors.New("deleted while waiting")})
-				return
-			case err == nil:
-				rv = ip.ResourceVersion
-				if !send(ipUpdate{ip: ip}) {
-					return
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second): // don't spin on a failing API server
-			}
-		}
-	}()
-	return out
 }
 
 // elapsed formats a move's duration to the millisecond.

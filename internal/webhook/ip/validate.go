@@ -1,4 +1,4 @@
-package ipwebhook
+package ip
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-// Package ipwebhook refuses IPs and IPPools that conflict with other objects,
+// Package ip refuses IPs and IPPools that conflict with other objects,
 // with a message that says which and why, at the API. Single-object checks
 // are CEL rules in the CRDs; these need other objects, which CEL cannot see.
 //
@@ -12,7 +12,7 @@
 // so they remain the backstop for whatever gets past the webhook, e.g. two
 // overlapping pools created at the same instant, or anything written while
 // the webhooks were still Ignore.
-package ipwebhook
+package ip
 
 import (
 	"context"

@@ -163,36 +163,46 @@ func plugPod(node Member, namespace, link string, addr netip.Addr) error {
 		return err
 	}
 	defer nodeNS.Close()
-	podNS, err := netns.GetFromName(namespace)
-	if err != nil {
-		return err
-	}
-	defer podNS.Close()
 	nh, err := netlink.NewHandleAt(nodeNS)
 	if err != nil {
 		return err
 	}
 	defer nh.Close()
+	if err := setForwarding(node.Namespace); err != nil {
+		return err
+	}
+	return plugVeth(nh, "in "+node.Namespace, link, namespace, addr, node.Addr)
+}
+
+// plugVeth plugs the pod namespace podNamespace into the namespace of side
+// (a node's, or the root namespace for a system pod): a veth pair link (on
+// side) - eth0 (in the pod), with addr/32 on eth0, everything from the pod
+// sent to link through the link-local next hop podGateway, and a route to
+// addr/32 through link from src on side. It returns once both ends are up;
+// where names side's namespace in errors.
+func plugVeth(side *netlink.Handle, where, link, podNamespace string, addr, src netip.Addr) error {
+	podNS, err := netns.GetFromName(podNamespace)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
 	ph, err := netlink.NewHandleAt(podNS)
 	if err != nil {
 		return err
 	}
 	defer ph.Close()
 
-	if err := setForwarding(node.Namespace); err != nil {
-		return err
-	}
-	// Created inside the node namespace, with the peer moved to the pod's.
+	// Created on side, with the peer moved to the pod's namespace.
 	la := netlink.NewLinkAttrs()
 	la.Name = link
-	if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
-		return fmt.Errorf("add veth %s in %s: %w", link, node.Namespace, err)
+	if err := side.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
+		return fmt.Errorf("add veth %s %s: %w", link, where, err)
 	}
-	host, err := nh.LinkByName(link)
+	host, err := side.LinkByName(link)
 	if err != nil {
 		return err
 	}
-	if err := nh.LinkSetUp(host); err != nil {
+	if err := side.LinkSetUp(host); err != nil {
 		return fmt.Errorf("set %s up: %w", link, err)
 	}
 
@@ -226,17 +236,17 @@ func plugPod(node Member, namespace, link string, addr netip.Addr) error {
 	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}); err != nil {
 		return fmt.Errorf("default route via %s: %w", podGateway, err)
 	}
-	if err := nh.RouteAdd(&netlink.Route{
-		LinkIndex: host.Attrs().Index, Dst: ipNet(addr, 32), Scope: netlink.SCOPE_LINK, Src: net.IP(node.Addr.AsSlice()),
+	if err := side.RouteAdd(&netlink.Route{
+		LinkIndex: host.Attrs().Index, Dst: ipNet(addr, 32), Scope: netlink.SCOPE_LINK, Src: net.IP(src.AsSlice()),
 	}); err != nil {
-		return fmt.Errorf("route to %s in %s: %w", addr, node.Namespace, err)
+		return fmt.Errorf("route to %s %s: %w", addr, where, err)
 	}
 
 	deadline := time.Now().Add(readyTimeout)
 	if err := pollOperUp(ph, "eth0", deadline); err != nil {
 		return err
 	}
-	return pollOperUp(nh, link, deadline)
+	return pollOperUp(side, link, deadline)
 }
 
 // setForwarding turns on IPv4 forwarding inside the namespace: the sysctl

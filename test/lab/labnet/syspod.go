@@ -5,14 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // System pod namespaces: the namespaces of the lab's own control-plane
@@ -84,74 +81,12 @@ func (n *Network) AddSystemPod(pod string, addr netip.Addr) (namespace string, e
 	if err := newNamedNS(namespace); err != nil {
 		return namespace, err
 	}
-	podNS, err := netns.GetFromName(namespace)
+	root, err := netlink.NewHandle()
 	if err != nil {
 		return namespace, err
 	}
-	defer podNS.Close()
-	ph, err := netlink.NewHandleAt(podNS)
-	if err != nil {
-		return namespace, err
-	}
-	defer ph.Close()
-
-	la := netlink.NewLinkAttrs()
-	la.Name = namespace
-	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
-		return namespace, fmt.Errorf("add veth %s: %w", namespace, err)
-	}
-	host, err := netlink.LinkByName(namespace)
-	if err != nil {
-		return namespace, err
-	}
-	if err := netlink.LinkSetUp(host); err != nil {
-		return namespace, fmt.Errorf("set %s up: %w", namespace, err)
-	}
-	lo, err := ph.LinkByName("lo")
-	if err != nil {
-		return namespace, err
-	}
-	if err := ph.LinkSetUp(lo); err != nil {
-		return namespace, fmt.Errorf("set lo up: %w", err)
-	}
-	eth0, err := ph.LinkByName("eth0")
-	if err != nil {
-		return namespace, err
-	}
-	if err := ph.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(addr, 32)}); err != nil {
-		return namespace, fmt.Errorf("address %s on eth0: %w", addr, err)
-	}
-	if err := ph.LinkSetUp(eth0); err != nil {
-		return namespace, fmt.Errorf("set eth0 up: %w", err)
-	}
-	gw := net.IP(podGateway.AsSlice())
-	if err := ph.NeighAdd(&netlink.Neigh{
-		LinkIndex: eth0.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-		IP: gw, HardwareAddr: host.Attrs().HardwareAddr,
-	}); err != nil {
-		return namespace, fmt.Errorf("neighbour %s on eth0: %w", podGateway, err)
-	}
-	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(podGateway, 32), Scope: netlink.SCOPE_LINK}); err != nil {
-		return namespace, fmt.Errorf("route to %s: %w", podGateway, err)
-	}
-	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}); err != nil {
-		return namespace, fmt.Errorf("default route via %s: %w", podGateway, err)
-	}
-	if err := netlink.RouteAdd(&netlink.Route{
-		LinkIndex: host.Attrs().Index, Dst: ipNet(addr, 32), Scope: netlink.SCOPE_LINK, Src: net.IP(n.Gateway().AsSlice()),
-	}); err != nil {
-		return namespace, fmt.Errorf("route to %s: %w", addr, err)
-	}
-	deadline := time.Now().Add(readyTimeout)
-	if err := pollOperUp(ph, "eth0", deadline); err != nil {
-		return namespace, err
-	}
-	h, err := netlink.NewHandle()
-	if err != nil {
-		return namespace, err
-	}
-	defer h.Close()
-	return namespace, pollOperUp(h, namespace, deadline)
+	defer root.Close()
+	return namespace, plugVeth(root, "in the root namespace", namespace, namespace, addr, n.Gateway())
 }
 
 // RemoveSystemPod removes what [Network.AddSystemPod] made for pod: the
