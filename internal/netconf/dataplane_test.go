@@ -135,7 +135,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 	r := apply(t, d, desired...)
 	g.Expect(r.Added).To(gomega.HaveLen(2))
 	g.Expect(writes()).NotTo(gomega.BeEmpty()) // the watch sees writes
-	before := snapshot(t, topo.node)
+	before := settledSnapshot(t, topo.node)
 
 	writes = watchWrites(t, topo.node)
 	r = apply(t, d, desired...)
@@ -173,7 +173,7 @@ func TestRemovalLeavesOthersAlone(t *testing.T) {
 	g.Expect(topo.node.nl.RuleAdd(foreignRule)).To(gomega.Succeed())
 	route(t, topo.node, &netlink.Route{Table: 100, Gw: net.ParseIP("203.0.113.1")})
 	foreignTable(t, topo)
-	before := snapshot(t, topo.node)
+	before := settledSnapshot(t, topo.node)
 
 	d := newDataplane(t, topo)
 	desired := []Assignment{

@@ -350,6 +350,40 @@ func neighbour(n *testNS, ip netip.Addr) (net.HardwareAddr, error) {
 	return nil, nil
 }
 
+// settledSnapshot is the namespace's snapshot once the kernel has finished
+// what it does by itself after links come up (IPv6 link-local addresses
+// leaving the tentative state, their routes, the anycast routes forwarding
+// brings): the same twice in a row 200 ms apart, with no tentative address,
+// within 10 s.
+func settledSnapshot(t *testing.T, n *testNS) string {
+	t.Helper()
+	last := snapshot(t, n)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		cur := snapshot(t, n)
+		if cur == last && !hasTentative(t, n) {
+			return cur
+		}
+		last = cur
+	}
+	t.Fatalf("the kernel state of %s did not settle within 10s:\n%s", n.name, last)
+	return ""
+}
+
+func hasTentative(t *testing.T, n *testNS) bool {
+	t.Helper()
+	addrs, err := n.nl.AddrList(nil, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if a.Flags&unix.IFA_F_TENTATIVE != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // snapshot renders the kernel state netconf could touch in a namespace:
 // addresses (with their protocol), rules, routes of every table, and every
 // nftables table with rule handles and map contents. Equal snapshots mean
