@@ -128,7 +128,14 @@ func getNode(t *testing.T, name string) *corev1.Node {
 // eventually polls cond until it holds or waitFor runs out.
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, waitFor, true,
+	eventuallyWithin(t, waitFor, what, cond)
+}
+
+// eventuallyWithin is eventually with its own time limit, for what waits
+// for a timeout of the spec (e.g. a drain's, at least 30s).
+func eventuallyWithin(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, limit, true,
 		func(context.Context) (bool, error) { return cond() })
 	if err != nil {
 		var nodes corev1.NodeList

@@ -144,7 +144,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		// The grant is the decision: it fails if the ledger changed since
 		// it was read, whoever changed it.
-		if err := r.grant(ctx, s, decision.Approved, func(name string) group { return s.groupOf(decision, name) }, now); err != nil {
+		if err := r.grant(ctx, s, decision, now); err != nil {
 			return r.retry(ctx, err)
 		}
 	}
@@ -226,6 +226,7 @@ var nodeChanged = predicate.Funcs{
 		}
 		a, b := rebootplan.NodeFrom(o), rebootplan.NodeFrom(n)
 		return a.Ready != b.Ready || a.Unschedulable != b.Unschedulable || a.BootID != b.BootID ||
+			a.ControlPlaneTaint != b.ControlPlaneTaint ||
 			!mapsEqual(a.Labels, b.Labels) || !mapsEqual(a.Annotations, b.Annotations) ||
 			readySince(o) != readySince(n)
 	},

@@ -54,7 +54,7 @@ func TestDeployedRebootThroughTheAgent(t *testing.T) {
 			MaxUnavailable:       ptr.To(intstr.FromInt32(1)),
 			SoakSeconds:          ptr.To[int32](1),
 			RebootTimeoutSeconds: 120,
-			Drain:                rebootv1.DrainSpec{TimeoutSeconds: 10},
+			Drain:                rebootv1.DrainSpec{TimeoutSeconds: 30},
 		},
 	}
 	g.Expect(c.Create(ctx, group)).To(Succeed())
