@@ -48,6 +48,11 @@ type Node struct {
 	// Pods are the pods on the node, needed only to honour a group's
 	// drain.blockingPodSelector; leave it nil when no group sets one.
 	Pods []Pod
+	// AgentDown says the controller checks agents' heartbeats and the
+	// node's reboot-agent has not renewed its own lately (AgentDownWhy
+	// says what was seen); such a node is not approved.
+	AgentDown    bool
+	AgentDownWhy string
 	// ControlPlaneTaint says the node carries a taint with a control-plane
 	// role key (kubeadm's node-role.kubernetes.io/control-plane:NoSchedule).
 	ControlPlaneTaint bool
@@ -196,6 +201,10 @@ const (
 	// ReasonNoBootID: the node reports no boot ID, so a reboot could never
 	// be verified; it would stay cordoned and end up stuck.
 	ReasonNoBootID Reason = "NoBootID"
+	// ReasonAgentNotAlive: the node's reboot-agent has not renewed its
+	// heartbeat lately, so nothing would reboot the node once drained; it
+	// would stay cordoned and end up stuck.
+	ReasonAgentNotAlive Reason = "AgentNotAlive"
 )
 
 // Wait is a needing node that was not approved, and why, in a message fit
@@ -591,6 +600,8 @@ func (g *group) blocked(n *Node, now time.Time) bool {
 		g.wait(n, ReasonNotReady, "Node is not Ready")
 	case n.BootID == "":
 		g.wait(n, ReasonNoBootID, "Node reports no boot ID (status.nodeInfo.bootID), so its reboot could not be verified")
+	case n.AgentDown:
+		g.wait(n, ReasonAgentNotAlive, "The node's reboot-agent is not alive (%s): nothing would reboot the node once drained", n.AgentDownWhy)
 	case g.blockingPod(n) != "":
 		g.wait(n, ReasonBlockingPod, "Pod %s runs on the node and matches drain.blockingPodSelector", g.blockingPod(n))
 	default:

@@ -313,6 +313,11 @@ func TestDecide(t *testing.T) {
 			group:  "cpa",
 			want:   want{approved: []string{"cp1"}, waits: map[string]string{"cp2": "Control-plane nodes reboot one at a time"}},
 		},
+		"a node whose agent is not alive waits": {
+			groups: []rebootv1.RebootGroup{rg("default", maxUnavailable(intstr.FromInt32(5)))},
+			nodes:  []Node{node("a", needing, func(n *Node) { n.AgentDown, n.AgentDownWhy = true, "no heartbeat" }), node("b", needing)},
+			want:   want{approved: []string{"b"}, waits: map[string]string{"a": "The node's reboot-agent is not alive (no heartbeat)"}},
+		},
 		"control plane by taint only": {
 			groups: []rebootv1.RebootGroup{rg("default", maxUnavailable(intstr.FromInt32(5)))},
 			nodes:  []Node{node("cp1", cpTaint, needing), node("cp2", cpTaint, needing), node("w1", needing)},
