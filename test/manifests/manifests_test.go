@@ -25,7 +25,7 @@ func report(t *testing.T, what string, problems, found []string) {
 // `make deploy` (config/default) installs pods that reach on their nodes
 // only what the allowlist says.
 func TestConfigDefaultPodsStayInTheirAllowlist(t *testing.T) {
-	problems, found := checkManifest(kustomize(t, "config/default"), allowances(sentinelDir))
+	problems, found := checkManifest(configDefault(t), allowances(sentinelDir))
 	report(t, "config/default", problems, found)
 }
 
@@ -104,7 +104,7 @@ func TestChartRefusesBroadSentinelDirectories(t *testing.T) {
 // The allowlist check finds each way a pod could reach more: it is run on
 // config/default with one change at a time, and must report that change.
 func TestAllowlistCatchesEscalations(t *testing.T) {
-	base := kustomize(t, "config/default")
+	base := configDefault(t)
 	if problems, _ := checkManifest(base, allowances(sentinelDir)); len(problems) > 0 {
 		t.Fatalf("config/default itself: %v", problems)
 	}

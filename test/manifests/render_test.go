@@ -28,14 +28,14 @@ func repo(t *testing.T) string {
 	return dir
 }
 
-// kustomize renders a kustomization of the repository in process, as
-// `kubectl kustomize` does (same kustomize API, default options).
-func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
+// configDefault renders config/default in process, as `kubectl
+// kustomize config/default` does (same kustomize API, default options).
+func configDefault(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repo(t), dir))
+	res, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repo(t), "config", "default"))
 	if err != nil {
-		t.Fatalf("kustomize %s: %v", dir, err)
+		t.Fatalf("kustomize config/default: %v", err)
 	}
 	data, err := res.AsYaml()
 	if err != nil {
