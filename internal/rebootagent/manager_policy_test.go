@@ -51,6 +51,15 @@ func TestManagerMayChangeOnlyTheRebootFieldsOfNodes(t *testing.T) {
 
 	g.Eventually(func() error { return merge(manager, relabel, client.DryRunAll) }, waitFor, 100*time.Millisecond).Should(
 		MatchError(ContainSubstring("the kubext manager may not change the labels of a node")))
+	// Unloaded before the next tests (and before the node and RBAC go).
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
+		g.Eventually(func() error {
+			return manager.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+				client.RawPatch(types.MergePatchType, []byte(relabel)), client.DryRunAll)
+		}, waitFor, 100*time.Millisecond).Should(Succeed(), "the manager-node-writes policy still applies after its deletion")
+	})
 	for _, tc := range []struct{ name, patch, refused string }{
 		{"another annotation", `{"metadata":{"annotations":{"example.com/owner":"me"}}}`,
 			"the kubext manager may change only reboot.kubext.io/ annotations of a node, not example.com/owner"},
