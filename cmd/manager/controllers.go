@@ -21,6 +21,7 @@ import (
 	"github.com/kubext/kubext/internal/controller/reboot"
 	rediscontroller "github.com/kubext/kubext/internal/controller/redis"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/redisrepl"
 )
 
@@ -31,6 +32,9 @@ type options struct {
 	ipDeleteStalePods  bool
 	rebootDrainBackoff time.Duration
 	rebootLedgerName   string
+	// rebootRequireAgent: approve only nodes whose reboot-agent renews its
+	// heartbeat Lease in heartbeatNamespace.
+	rebootRequireAgent bool
 
 	// pulsarConsumerImage is what PulsarConsumers run unless their spec
 	// names an image.
@@ -51,6 +55,9 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
 	fs.StringVar(&o.rebootLedgerName, "reboot-ledger-name", reboot.DefaultLedgerName,
 		"Name of the reboot controller's approvals ledger, a ConfigMap in --heartbeat-namespace (the manager's Role grants it by name).")
+	fs.BoolVar(&o.rebootRequireAgent, "reboot-require-agent-heartbeat", false,
+		"Approve a node's reboot only while its reboot-agent renews its heartbeat Lease reboot-agent-<node> in --heartbeat-namespace "+
+			"(the agents' --heartbeat-namespace); otherwise the node waits (reason AgentNotAlive). The installed manifests turn it on.")
 	fs.DurationVar(&o.rebootDrainBackoff, "reboot-drain-backoff", reboot.DefaultDrainBackoff,
 		"How long a node whose drain timed out waits before it is tried again; doubles with each further timeout, up to 30m.")
 }
@@ -118,7 +125,7 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 	if err != nil {
 		return err
 	}
-	return (&reboot.Reconciler{
+	r := &reboot.Reconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
 		Kube:            kube,
@@ -126,7 +133,11 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 		DrainBackoff:    o.rebootDrainBackoff,
 		LedgerNamespace: o.heartbeatNamespace,
 		LedgerName:      o.rebootLedgerName,
-	}).SetupWithManager(mgr)
+	}
+	if o.rebootRequireAgent {
+		r.Agents = heartbeat.NewTracker(rebootagent.HeartbeatComponent, o.heartbeatNamespace, mgr.GetAPIReader())
+	}
+	return r.SetupWithManager(mgr)
 }
 
 func setupRedis(_ context.Context, mgr ctrl.Manager, _ *options) error {

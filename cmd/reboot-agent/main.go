@@ -10,9 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/version"
 )
@@ -47,6 +50,13 @@ func run(ctx context.Context, args []string) error {
 		"Command that reboots the machine, split on white space (no shell). The default needs hostPID, privileges and nsenter in the image.")
 	fs.StringVar(&a.BootIDFile, "boot-id-file", rebootagent.DefaultBootIDFile,
 		`File with the machine's current boot ID; an order is obeyed only if it matches too ("" = trust the Node's status alone).`)
+	var hbNamespace string
+	var hbDuration, hbInterval time.Duration
+	fs.StringVar(&hbNamespace, "heartbeat-namespace", "",
+		`Namespace of the agent's heartbeat Lease reboot-agent-<node>, which tells the reboot controller the agent is alive ("" = none; a controller that checks heartbeats then approves nothing on this node).`)
+	fs.DurationVar(&hbDuration, "heartbeat-duration", rebootagent.DefaultHeartbeatDuration,
+		"Lease duration of the heartbeat (whole seconds): how long the controller waits for a renewal before it approves nothing more on the node.")
+	fs.DurationVar(&hbInterval, "heartbeat-interval", rebootagent.DefaultHeartbeatInterval, "How often the heartbeat is renewed.")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")
 	opts := zap.Options{Development: true}
@@ -104,12 +114,30 @@ func run(ctx context.Context, args []string) error {
 	if err := a.SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if hbNamespace != "" {
+		hb, err := heartbeat.New(heartbeat.Config{
+			Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
+			Namespace:     hbNamespace,
+			Component:     rebootagent.HeartbeatComponent,
+			Node:          a.Node,
+			Duration:      hbDuration,
+			RenewInterval: hbInterval,
+			Log:           ctrl.Log.WithName("heartbeat"),
+		})
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(hb); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("node-cache", a.Ready); err != nil {
 		return err
 	}
-	ctrl.Log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile)
+	ctrl.Log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile,
+		"heartbeatNamespace", hbNamespace)
 	return mgr.Start(ctx)
 }

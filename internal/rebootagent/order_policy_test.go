@@ -68,6 +68,16 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 	// The policy takes a moment to load.
 	g.Eventually(func() error { return merge(cni, reboot, client.DryRunAll) }, waitFor, 100*time.Millisecond).Should(
 		MatchError(ContainSubstring("only the kubext reboot controller may set or change")))
+	// And a moment to unload: the next tests must not meet it. (Runs
+	// before the node and the RBAC go.)
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
+		g.Eventually(func() error {
+			return cni.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
+				client.RawPatch(types.MergePatchType, []byte(reboot)), client.DryRunAll)
+		}, waitFor, 100*time.Millisecond).Should(Succeed(), "the reboot-orders policy still applies after its deletion")
+	})
 	for _, tc := range []struct{ name, patch, refused string }{
 		{"an order", reboot, "reboot.kubext.io/now, reboot.kubext.io/boot-id, reboot.kubext.io/in-progress"},
 		{"a cordon kubext would lift", `{"metadata":{"annotations":{"reboot.kubext.io/cordoned-by-us":"true"}}}`, "reboot.kubext.io/cordoned-by-us"},

@@ -48,6 +48,17 @@ type Node struct {
 	// Pods are the pods on the node, needed only to honour a group's
 	// drain.blockingPodSelector; leave it nil when no group sets one.
 	Pods []Pod
+	// AgentDown says the controller checks agents' heartbeats and the
+	// node's reboot-agent has not renewed its own lately (AgentDownWhy
+	// says what was seen); such a node is not approved.
+	AgentDown    bool
+	AgentDownWhy string
+	// ControlPlaneTaint says the node carries a taint with a control-plane
+	// role key (kubeadm's node-role.kubernetes.io/control-plane:NoSchedule).
+	ControlPlaneTaint bool
+	// selectedControlPlane: a group's controlPlaneSelector matches the
+	// node (set by Decide on its own copy of the snapshot's nodes).
+	selectedControlPlane bool
 }
 
 // Pod is a pod on a node, as far as blocking pod selectors are concerned.
@@ -72,15 +83,22 @@ func NodeFrom(n *corev1.Node) Node {
 			out.Ready = c.Status
 		}
 	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == rebootv1.LabelControlPlane || t.Key == rebootv1.LabelMaster {
+			out.ControlPlaneTaint = true
+		}
+	}
 	return out
 }
 
-// ControlPlane says whether the node is a control-plane node, by its role
-// label.
+// ControlPlane says whether the node is a control-plane node: by its role
+// label, a role taint (installers that taint control-plane nodes but label
+// them otherwise, or not at all), or, within Decide, a group's
+// controlPlaneSelector.
 func (n Node) ControlPlane() bool {
 	_, cp := n.Labels[rebootv1.LabelControlPlane]
 	_, master := n.Labels[rebootv1.LabelMaster]
-	return cp || master
+	return cp || master || n.ControlPlaneTaint || n.selectedControlPlane
 }
 
 // HoldsSlot says whether the node has been approved and its reboot not yet
@@ -183,6 +201,10 @@ const (
 	// ReasonNoBootID: the node reports no boot ID, so a reboot could never
 	// be verified; it would stay cordoned and end up stuck.
 	ReasonNoBootID Reason = "NoBootID"
+	// ReasonAgentNotAlive: the node's reboot-agent has not renewed its
+	// heartbeat lately, so nothing would reboot the node once drained; it
+	// would stay cordoned and end up stuck.
+	ReasonAgentNotAlive Reason = "AgentNotAlive"
 )
 
 // Wait is a needing node that was not approved, and why, in a message fit
@@ -250,6 +272,16 @@ type Decision struct {
 	// Overlapping are the nodes no group handles because several select
 	// them.
 	Overlapping []Overlap
+	// ControlPlane are the control-plane nodes, sorted: by role label or
+	// taint, or selected by a group's controlPlaneSelector.
+	ControlPlane []string
+}
+
+// IsControlPlane says whether the decision counted the node as a
+// control-plane node.
+func (d Decision) IsControlPlane(node string) bool {
+	_, found := slices.BinarySearch(d.ControlPlane, node)
+	return found
 }
 
 // Group returns the decision for the named group, or nil.
@@ -295,14 +327,20 @@ type group struct {
 // only when no worker is rebooting or approved, and workers wait while a
 // control-plane node reboots.
 func Decide(s Snapshot) Decision {
+	// Decide marks nodes (selectedControlPlane): on its own copy.
+	s.Nodes = slices.Clone(s.Nodes)
 	groups, byNode, overlaps := assign(s)
 	var d Decision
 	d.Overlapping = overlaps
+	markControlPlane(groups)
 
 	var cpBusy []string // control-plane nodes unavailable for any reason
 	var cpRebooting, workerRebooting bool
 	for i := range s.Nodes {
 		n := &s.Nodes[i]
+		if n.ControlPlane() {
+			d.ControlPlane = append(d.ControlPlane, n.Name)
+		}
 		if n.ControlPlane() && n.Unavailable() {
 			cpBusy = append(cpBusy, n.Name)
 		}
@@ -311,6 +349,7 @@ func Decide(s Snapshot) Decision {
 			workerRebooting = workerRebooting || !n.ControlPlane()
 		}
 	}
+	slices.Sort(d.ControlPlane)
 	for _, a := range s.Absent {
 		if a.ControlPlane {
 			cpBusy = append(cpBusy, a.Node)
@@ -373,6 +412,26 @@ func Decide(s Snapshot) Decision {
 		d.Approved = append(d.Approved, g.Approved...)
 	}
 	return d
+}
+
+// markControlPlane marks the members each group's controlPlaneSelector
+// selects; a selector that does not parse marks nothing and is the group's
+// error (evaluate).
+func markControlPlane(groups []*group) {
+	for _, g := range groups {
+		if g.spec.ControlPlaneSelector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(g.spec.ControlPlaneSelector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		for _, n := range g.members {
+			if sel.Matches(labels.Set(n.Labels)) {
+				n.selectedControlPlane = true
+			}
+		}
+	}
 }
 
 // assign parses the groups and gives every node to the one group that
@@ -460,6 +519,9 @@ func (g *group) evaluate(now time.Time, absent []Absent) {
 	if _, err := metav1.LabelSelectorAsSelector(g.spec.Drain.BlockingPodSelector); err != nil && g.Err == nil {
 		g.Err = fmt.Errorf("spec.drain.blockingPodSelector: %w", err)
 	}
+	if _, err := metav1.LabelSelectorAsSelector(g.spec.ControlPlaneSelector); err != nil && g.Err == nil {
+		g.Err = fmt.Errorf("spec.controlPlaneSelector: %w", err)
+	}
 	g.InWindow = g.windows.InWindow(now)
 	if !g.InWindow && g.Err == nil {
 		g.NextWindow = g.windows.NextWindowStart(now)
@@ -538,6 +600,8 @@ func (g *group) blocked(n *Node, now time.Time) bool {
 		g.wait(n, ReasonNotReady, "Node is not Ready")
 	case n.BootID == "":
 		g.wait(n, ReasonNoBootID, "Node reports no boot ID (status.nodeInfo.bootID), so its reboot could not be verified")
+	case n.AgentDown:
+		g.wait(n, ReasonAgentNotAlive, "The node's reboot-agent is not alive (%s): nothing would reboot the node once drained", n.AgentDownWhy)
 	case g.blockingPod(n) != "":
 		g.wait(n, ReasonBlockingPod, "Pod %s runs on the node and matches drain.blockingPodSelector", g.blockingPod(n))
 	default:

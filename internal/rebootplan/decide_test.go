@@ -31,6 +31,7 @@ func unknown(n *Node)      { n.Ready = corev1.ConditionUnknown }
 func cordoned(n *Node)     { n.Unschedulable = true }
 func rebooting(n *Node)    { n.Annotations[rebootv1.AnnotationInProgress] = now.Format(time.RFC3339) }
 func controlPlane(n *Node) { n.Labels[rebootv1.LabelControlPlane] = "" }
+func cpTaint(n *Node)      { n.ControlPlaneTaint = true }
 func failed(n *Node)       { n.Annotations[rebootv1.AnnotationFailed] = "boot ID did not change" }
 func label(k, v string) func(*Node) {
 	return func(n *Node) { n.Labels[k] = v }
@@ -56,6 +57,13 @@ func rg(name string, opts ...func(*rebootv1.RebootGroup)) rebootv1.RebootGroup {
 func selecting(k, v string) func(*rebootv1.RebootGroup) {
 	return func(g *rebootv1.RebootGroup) {
 		g.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
+}
+
+// cpSelecting sets a controlPlaneSelector of nodes labelled key=true.
+func cpSelecting(key string) func(*rebootv1.RebootGroup) {
+	return func(g *rebootv1.RebootGroup) {
+		g.Spec.ControlPlaneSelector = &metav1.LabelSelector{MatchLabels: map[string]string{key: "true"}}
 	}
 }
 func maxUnavailable(v intstr.IntOrString) func(*rebootv1.RebootGroup) {
@@ -305,6 +313,40 @@ func TestDecide(t *testing.T) {
 			group:  "cpa",
 			want:   want{approved: []string{"cp1"}, waits: map[string]string{"cp2": "Control-plane nodes reboot one at a time"}},
 		},
+		"a node whose agent is not alive waits": {
+			groups: []rebootv1.RebootGroup{rg("default", maxUnavailable(intstr.FromInt32(5)))},
+			nodes:  []Node{node("a", needing, func(n *Node) { n.AgentDown, n.AgentDownWhy = true, "no heartbeat" }), node("b", needing)},
+			want:   want{approved: []string{"b"}, waits: map[string]string{"a": "The node's reboot-agent is not alive (no heartbeat)"}},
+		},
+		"control plane by taint only": {
+			groups: []rebootv1.RebootGroup{rg("default", maxUnavailable(intstr.FromInt32(5)))},
+			nodes:  []Node{node("cp1", cpTaint, needing), node("cp2", cpTaint, needing), node("w1", needing)},
+			want: want{approved: []string{"w1"}, waits: map[string]string{
+				"cp1": "Control-plane node waits for workers", "cp2": "Control-plane node waits for workers"}},
+		},
+		"control plane by a group's selector": {
+			groups: []rebootv1.RebootGroup{rg("default", maxUnavailable(intstr.FromInt32(5)), cpSelecting("etcd"))},
+			nodes:  []Node{node("e1", label("etcd", "true"), needing), node("e2", label("etcd", "true"), needing), node("e3", label("etcd", "true"))},
+			want:   want{approved: []string{"e1"}, waits: map[string]string{"e2": "Control-plane nodes reboot one at a time"}},
+		},
+		"a group's control-plane selector reaches across groups": {
+			groups: []rebootv1.RebootGroup{
+				rg("etcd", selecting("etcd", "true"), maxUnavailable(intstr.FromInt32(3)), cpSelecting("etcd")),
+				rg("workers", selecting("role", "w"), maxUnavailable(intstr.FromInt32(3))),
+			},
+			nodes: []Node{node("e1", label("etcd", "true"), rebooting), node("w1", label("role", "w"), needing)},
+			group: "workers",
+			want:  want{unavailable: 0, waits: map[string]string{"w1": "Waits for control-plane nodes"}},
+		},
+		"a control-plane selector marks only its own group's nodes": {
+			groups: []rebootv1.RebootGroup{
+				rg("a", selecting("pool", "a"), maxUnavailable(intstr.FromInt32(3)), cpSelecting("big")),
+				rg("b", selecting("pool", "b"), maxUnavailable(intstr.FromInt32(3))),
+			},
+			nodes: []Node{node("b1", label("pool", "b"), label("big", "true"), needing), node("b2", label("pool", "b"), label("big", "true"), needing)},
+			group: "b",
+			want:  want{approved: []string{"b1", "b2"}},
+		},
 		"control plane goes when workers are blocked by their window": {
 			groups: []rebootv1.RebootGroup{
 				rg("workers", selecting("role", "w"), windows(rebootv1.MaintenanceWindow{Start: "02:00", End: "03:00"})),
@@ -394,5 +436,32 @@ func TestNodeFrom(t *testing.T) {
 	}
 	if NodeFrom(&corev1.Node{}).Ready != corev1.ConditionUnknown {
 		t.Error("a node without a Ready condition must be Unknown")
+	}
+	for _, key := range []string{rebootv1.LabelControlPlane, rebootv1.LabelMaster} {
+		tainted := NodeFrom(&corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: "other", Effect: corev1.TaintEffectNoExecute}, {Key: key, Effect: corev1.TaintEffectNoSchedule}}}})
+		if !tainted.ControlPlane() {
+			t.Errorf("a node tainted %s is not a control-plane node", key)
+		}
+	}
+	if NodeFrom(&corev1.Node{Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "dedicated", Value: "control-plane"}}}}).ControlPlane() {
+		t.Error("an unrelated taint made a control-plane node")
+	}
+}
+
+// Decide marks the nodes a group's controlPlaneSelector selects on its own
+// copy: the caller's snapshot is left as it was, and the decision lists
+// every control-plane node.
+func TestDecideControlPlaneList(t *testing.T) {
+	nodes := []Node{node("a", label("etcd", "true")), node("b", controlPlane), node("c", cpTaint), node("d")}
+	d := Decide(Snapshot{Groups: []rebootv1.RebootGroup{rg("default", cpSelecting("etcd"))}, Nodes: nodes, Now: now})
+	if !slices.Equal(d.ControlPlane, []string{"a", "b", "c"}) {
+		t.Errorf("ControlPlane = %v, want [a b c]", d.ControlPlane)
+	}
+	if !d.IsControlPlane("a") || d.IsControlPlane("d") {
+		t.Errorf("IsControlPlane(a) = %v, IsControlPlane(d) = %v", d.IsControlPlane("a"), d.IsControlPlane("d"))
+	}
+	if nodes[0].ControlPlane() {
+		t.Error("Decide changed the caller's node")
 	}
 }

@@ -268,7 +268,8 @@ func makeRebootGroup(t *testing.T, c client.Client, name, pool string, maxUnavai
 			MaxUnavailable:       &maxUnavailable,
 			SoakSeconds:          ptr.To[int32](1),
 			RebootTimeoutSeconds: 120,
-			Drain:                rebootv1.DrainSpec{TimeoutSeconds: 4},
+			// The shortest drain timeout the API allows.
+			Drain: rebootv1.DrainSpec{TimeoutSeconds: 30},
 		},
 	}
 	if err := c.Create(context.Background(), g); err != nil {

@@ -62,10 +62,10 @@ import (
 //     KUBERNETES_SERVICE_HOST/PORT set as a kubelet sets them. The address
 //     is the lab's: the API server through a forwarder on the bridge
 //     address (the lab has no kube-proxy for the kubernetes Service).
-//   - Host paths: a node's /var/run is the lab's directory of that node
-//     (NodeDir), which holds its reboot sentinel; other host paths are
-//     refused. The node's /proc/sys/kernel/random/boot_id is the Node's
-//     simulated boot ID.
+//   - Host paths: a node's /run/kubext is its SentinelDir, which holds its
+//     reboot sentinel, and its /var/run the lab's directory of that node
+//     (NodeDir); other host paths are refused. The node's
+//     /proc/sys/kernel/random/boot_id is the Node's simulated boot ID.
 //   - Lifecycle: a pod deleted, replaced or no longer Running has its
 //     processes stopped (SIGTERM, then SIGKILL after its grace period); a
 //     container that exits is restarted (restartPolicy Always); KillNode
@@ -1008,11 +1008,14 @@ func (d *Deployed) projected(ctx context.Context, cs kubernetes.Interface, pod *
 	return nil
 }
 
-// hostPath maps a node's host path to the lab: /var/run is the node's
-// directory (its reboot sentinel lives there). Other paths are refused
-// rather than exposing the machine's own.
+// hostPath maps a node's host path to the lab: /run/kubext is the node's
+// sentinel directory, /var/run the node's directory. Other paths are
+// refused rather than exposing the machine's own.
 func (l *Lab) hostPath(node, path string) (string, error) {
 	switch filepath.Clean(path) {
+	case "/run/kubext", "/var/run/kubext":
+		dir := l.SentinelDir(node)
+		return dir, os.MkdirAll(dir, 0o755)
 	case "/var/run", "/run":
 		dir := l.NodeDir(node)
 		return dir, os.MkdirAll(dir, 0o755)

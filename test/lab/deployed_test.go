@@ -99,6 +99,9 @@ func TestHostPathOnlyVarRun(t *testing.T) {
 	if got, err := l.hostPath("node-0", "/var/run"); err != nil || got != l.NodeDir("node-0") {
 		t.Fatalf("/var/run: %q, %v", got, err)
 	}
+	if got, err := l.hostPath("node-0", "/run/kubext"); err != nil || got != l.SentinelDir("node-0") {
+		t.Fatalf("/run/kubext: %q, %v", got, err)
+	}
 	if _, err := l.hostPath("node-0", "/etc"); err == nil {
 		t.Fatal("/etc of the machine was handed to a pod")
 	}

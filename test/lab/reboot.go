@@ -40,11 +40,15 @@ var installRebootAgent sync.Mutex
 // sentinel file and kubeconfig live there.
 func (l *Lab) NodeDir(node string) string { return filepath.Join(l.Dir, "nodes", node) }
 
-// SentinelFile is the node's reboot sentinel (its /var/run/reboot-required):
-// create it and the node's reboot agent asks for a reboot. A simulated
-// reboot removes it, as a real boot clears /var/run.
+// SentinelDir is the node's /run/kubext, the one host directory the
+// deployed reboot-agent mounts (config/reboot-agent/daemonset.yaml).
+func (l *Lab) SentinelDir(node string) string { return filepath.Join(l.NodeDir(node), "run-kubext") }
+
+// SentinelFile is the node's reboot sentinel (its
+// /run/kubext/reboot-required): create it and the node's reboot agent asks
+// for a reboot. A simulated reboot removes it, as a real boot clears /run.
 func (l *Lab) SentinelFile(node string) string {
-	return filepath.Join(l.NodeDir(node), "reboot-required")
+	return filepath.Join(l.SentinelDir(node), "reboot-required")
 }
 
 // RebootCommandArgs are reboot-agent flags that make the agent's reboot the
@@ -70,7 +74,7 @@ func (l *Lab) StartRebootAgent(ctx context.Context, node string, args ...string)
 	if err := l.InstallRebootAgent(ctx); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(l.NodeDir(node), 0o755); err != nil {
+	if err := os.MkdirAll(l.SentinelDir(node), 0o755); err != nil {
 		return nil, err
 	}
 	kubeconfig, err := l.writeRebootAgentKubeconfig(node)

@@ -81,8 +81,11 @@ const (
 	DefaultMaxUnavailable = 1
 
 	// LabelControlPlane marks control-plane nodes (kubeadm and most
-	// distributions); LabelMaster is its older spelling. Control-plane nodes
-	// reboot one at a time cluster-wide and never together with workers.
+	// distributions); LabelMaster is its older spelling. Either key as a
+	// taint marks one too (kubeadm's node-role.kubernetes.io/control-plane:
+	// NoSchedule, on nodes some installers leave unlabelled), and so does a
+	// group's spec.controlPlaneSelector. Control-plane nodes reboot one at a
+	// time cluster-wide and never together with workers.
 	LabelControlPlane = "node-role.kubernetes.io/control-plane"
 
 	// LabelMaster is the pre-1.20 spelling of LabelControlPlane, still set by

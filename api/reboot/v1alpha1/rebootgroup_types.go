@@ -95,6 +95,19 @@ type RebootGroupSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.nodeSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 
+	// controlPlaneSelector selects, by node label, the group's nodes that
+	// are control-plane nodes besides those kubext recognises by itself: a
+	// node-role.kubernetes.io/control-plane (or .../master) label or taint.
+	// Use it where a distribution marks its API server or etcd nodes
+	// otherwise. Control-plane nodes reboot one at a time across the whole
+	// cluster and never together with workers. Unset adds none.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.controlPlaneSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.controlPlaneSelector.matchExpressions[] with operator In or NotIn need at least one value"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.controlPlaneSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.controlPlaneSelector must not be empty: it would make every node of the group a control-plane node; leave it unset instead"
+	ControlPlaneSelector *metav1.LabelSelector `json:"controlPlaneSelector,omitempty"`
+
 	// maxUnavailable is how many of the group's nodes may be unavailable at
 	// once: a number (at least 1) or a percentage of the group's nodes from
 	// "1%" to "100%", rounded down but never below one node. A node counts as
@@ -210,16 +223,20 @@ type MaintenanceWindow struct {
 // DrainSpec says how a node is drained before its reboot. Pods are evicted
 // through the Eviction API, so PodDisruptionBudgets hold; DaemonSet pods and
 // static pods are left alone.
+// +kubebuilder:validation:XValidation:rule="!has(self.gracePeriodSeconds) || !has(self.timeoutSeconds) || self.timeoutSeconds > self.gracePeriodSeconds",message="spec.drain.timeoutSeconds must be longer than spec.drain.gracePeriodSeconds: evicted pods are given that long to stop, and the drain would always time out first"
 type DrainSpec struct {
 	// timeoutSeconds is how long the drain may take. When it runs out the
 	// node is uncordoned (if kubext cordoned it), gives its slot back and is
 	// tried again later with backoff; the pod or PodDisruptionBudget that
 	// blocked it is named in an Event and in the group's status. Defaults to
-	// 1800 (30 minutes).
+	// 1800 (30 minutes); at least 30. A shorter drain times out before
+	// evicted pods can stop (30 seconds is their default grace period),
+	// so the node would be drained in part, given back, and drained again
+	// without end.
 	// +optional
 	// +kubebuilder:default=1800
-	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:validation:XValidation:rule="self >= 30",message="spec.drain.timeoutSeconds must be at least 30: a shorter drain times out before evicted pods can stop (30s is their default grace period) and the node is drained in part, given back and drained again without end"
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 
 	// gracePeriodSeconds overrides the termination grace period of evicted

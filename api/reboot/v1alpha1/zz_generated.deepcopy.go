@@ -143,6 +143,11 @@ func (in *RebootGroupSpec) DeepCopyInto(out *RebootGroupSpec) {
 		*out = new(v1.LabelSelector)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.ControlPlaneSelector != nil {
+		in, out := &in.ControlPlaneSelector, &out.ControlPlaneSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.MaxUnavailable != nil {
 		in, out := &in.MaxUnavailable, &out.MaxUnavailable
 		*out = new(intstr.IntOrString)

@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -60,6 +62,41 @@ func makeNode(t *testing.T, group, name string, change func(*corev1.Node)) {
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
 	setNodeStatus(t, name, true, "boot-"+name+"-0")
+	startHeartbeat(t, name)
+}
+
+// heartbeats stop the running agent heartbeats, by node.
+var heartbeats sync.Map
+
+// startHeartbeat renews the node's reboot-agent heartbeat Lease as a live
+// agent does (with the agent's own heartbeat code, on a short lease), until
+// stopHeartbeat or the end of the test.
+func startHeartbeat(t *testing.T, node string) {
+	t.Helper()
+	hb, err := heartbeat.New(heartbeat.Config{
+		Client: kube.CoordinationV1(), Namespace: "default", Component: rebootagent.HeartbeatComponent, Node: node,
+		Duration: 3 * time.Second, RenewInterval: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = hb.Start(ctx) }()
+	stop := func() { cancel(); <-done }
+	heartbeats.Store(node, stop)
+	t.Cleanup(func() {
+		stopHeartbeat(node)
+		_ = kube.CoordinationV1().Leases("default").Delete(context.Background(),
+			heartbeat.LeaseName(rebootagent.HeartbeatComponent, node), metav1.DeleteOptions{})
+	})
+}
+
+// stopHeartbeat stops renewing the node's heartbeat, as a dead agent would.
+func stopHeartbeat(node string) {
+	if stop, ok := heartbeats.LoadAndDelete(node); ok {
+		stop.(func())()
+	}
 }
 
 // setNodeStatus writes the node's Ready condition and boot ID, moving the
@@ -128,7 +165,14 @@ func getNode(t *testing.T, name string) *corev1.Node {
 // eventually polls cond until it holds or waitFor runs out.
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, waitFor, true,
+	eventuallyWithin(t, waitFor, what, cond)
+}
+
+// eventuallyWithin is eventually with its own time limit, for what waits
+// for a timeout of the spec (e.g. a drain's, at least 30s).
+func eventuallyWithin(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, limit, true,
 		func(context.Context) (bool, error) { return cond() })
 	if err != nil {
 		var nodes corev1.NodeList

@@ -140,13 +140,16 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 	return nil
 }
 
-// grant records slots for the approved nodes in one ledger write.
-func (r *Reconciler) grant(ctx context.Context, s *state, approved []string, groupOf func(string) group, now time.Time) error {
+// grant records the decision's approvals as slots in one ledger write. A
+// slot remembers whether its node is a control-plane node as the decision
+// saw it (role label, taint or a group's controlPlaneSelector), for when
+// the Node is gone.
+func (r *Reconciler) grant(ctx context.Context, s *state, decision rebootplan.Decision, now time.Time) error {
 	slots := maps.Clone(s.ledger.slots)
-	for _, name := range approved {
+	for _, name := range decision.Approved {
 		n := s.nodes[name]
-		slots[name] = slot{Group: groupOf(name).name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
-			ControlPlane: rebootplan.NodeFrom(n).ControlPlane()}
+		slots[name] = slot{Group: s.groupOf(decision, name).name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
+			ControlPlane: decision.IsControlPlane(name)}
 	}
 	return r.writeLedger(ctx, s.ledger, slots)
 }

@@ -190,8 +190,10 @@ func TestLedgerRepairsGrantsWithoutTheirNodePatch(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(g), paused); err != nil {
 		t.Fatal(err)
 	}
+	// A patch: the controller may write the group's status meanwhile.
+	base := client.MergeFrom(paused.DeepCopy())
 	paused.Spec.Paused = true
-	if err := k8s.Update(context.Background(), paused); err != nil {
+	if err := k8s.Patch(context.Background(), paused, base); err != nil {
 		t.Fatal(err)
 	}
 	// needed-since too, so that the controller has nothing to write to

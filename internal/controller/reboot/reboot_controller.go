@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -70,6 +71,11 @@ type Reconciler struct {
 	// (ledger.go) is: a ConfigMap in the controller's own namespace;
 	// DefaultLedgerName when the name is empty.
 	LedgerNamespace, LedgerName string
+	// Agents tracks the reboot-agents' heartbeat Leases
+	// (heartbeat.NewTracker(rebootagent.HeartbeatComponent, ...)): a node
+	// whose agent it has not seen renew lately is not approved, since
+	// nothing would reboot it once drained. Nil: agents are not checked.
+	Agents *heartbeat.Tracker
 
 	drains *drainer
 	// announced is the last wait reason an Event was emitted for, per node,
@@ -96,6 +102,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat).
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // The approvals ledger, one ConfigMap in the controller's namespace (create
 // cannot be limited to a name; get and update are).
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=create
@@ -144,7 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		// The grant is the decision: it fails if the ledger changed since
 		// it was read, whoever changed it.
-		if err := r.grant(ctx, s, decision.Approved, func(name string) group { return s.groupOf(decision, name) }, now); err != nil {
+		if err := r.grant(ctx, s, decision, now); err != nil {
 			return r.retry(ctx, err)
 		}
 	}
@@ -197,13 +205,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	toRollout := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{rollout}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("reboot").
 		Watches(&corev1.Node{}, toRollout, builder.WithPredicates(nodeChanged)).
 		Watches(&rebootv1.RebootGroup{}, toRollout, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(finished, toRollout)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(r)
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1})
+	if r.Agents != nil {
+		// An agent turning alive or dead changes what may be approved.
+		if err := r.Agents.Watch(context.Background(), mgr.GetCache()); err != nil {
+			return err
+		}
+		if err := mgr.Add(r.Agents); err != nil {
+			return err
+		}
+		b = b.WatchesRawSource(source.Channel(r.Agents.Changes(), toRollout))
+	}
+	return b.Complete(r)
 }
 
 // init makes the controller's memory; wake is called when a drain
@@ -226,6 +244,7 @@ var nodeChanged = predicate.Funcs{
 		}
 		a, b := rebootplan.NodeFrom(o), rebootplan.NodeFrom(n)
 		return a.Ready != b.Ready || a.Unschedulable != b.Unschedulable || a.BootID != b.BootID ||
+			a.ControlPlaneTaint != b.ControlPlaneTaint ||
 			!mapsEqual(a.Labels, b.Labels) || !mapsEqual(a.Annotations, b.Annotations) ||
 			readySince(o) != readySince(n)
 	},

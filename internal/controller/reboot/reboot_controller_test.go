@@ -160,7 +160,8 @@ func TestDeletedNodeKeepsSlotUntilRebootTimeout(t *testing.T) {
 // in an Event and the group's status, and the next node proceeds.
 func TestDrainBlockedByPDB(t *testing.T) {
 	ctx := context.Background()
-	g := makeGroup(t, "pdb", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.Drain.TimeoutSeconds = 2 })
+	// The shortest drain timeout the API allows.
+	g := makeGroup(t, "pdb", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.Drain.TimeoutSeconds = 30 })
 	makeNode(t, g.Name, "pdb-0", nil)
 	makeNode(t, g.Name, "pdb-1", nil)
 	startAgents(t, g.Name, 0)
@@ -183,7 +184,7 @@ func TestDrainBlockedByPDB(t *testing.T) {
 		_, ok := getNode(t, "pdb-0").Annotations[rebootv1.AnnotationInProgress]
 		return ok, nil
 	})
-	eventually(t, "the drain timeout named in an Event",
+	eventuallyWithin(t, 30*time.Second+waitFor, "the drain timeout named in an Event",
 		hasEvent(t, "pdb-0", EventDrainTimedOut, "PodDisruptionBudget default/zero allows no disruption of pod default/guarded"))
 	n := getNode(t, "pdb-0")
 	if n.Spec.Unschedulable {

@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -26,6 +28,9 @@ type state struct {
 	// nodes that cannot show them (see ledger.go).
 	ledger *ledger
 	absent []rebootplan.Absent
+	// agents is the reboot-agents' heartbeat tracker; nil when the
+	// controller does not check them.
+	agents *heartbeat.Tracker
 }
 
 // read lists nodes and groups from the API server (not the cache).
@@ -42,7 +47,7 @@ func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items, ledger: l}
+	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items, ledger: l, agents: r.Agents}
 	for i := range nodes.Items {
 		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
 	}
@@ -82,9 +87,26 @@ func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
 		if sl, ok := s.ledger.slots[name]; ok && !sl.Confirmed {
 			n.Reserved = true
 		}
+		n.AgentDown, n.AgentDownWhy = s.agentDown(name, now)
 		snap.Nodes = append(snap.Nodes, n)
 	}
 	return snap
+}
+
+// agentDown says whether the node's reboot-agent is not known to be alive:
+// the tracker, on the controller's own clock, has not seen its heartbeat
+// Lease renewed within the Lease's duration (or not at all since the
+// manager started: a node it has not heard from is not approved, it is
+// approved once heard from).
+func (s *state) agentDown(node string, now time.Time) (bool, string) {
+	if s.agents == nil || s.agents.Healthy(node) {
+		return false, ""
+	}
+	lease := heartbeat.LeaseName(rebootagent.HeartbeatComponent, node)
+	if last := s.agents.LastRenewal(node); !last.IsZero() {
+		return true, fmt.Sprintf("its heartbeat Lease %s was last renewed %s ago", lease, now.Sub(last).Round(time.Second))
+	}
+	return true, fmt.Sprintf("no renewal of its heartbeat Lease %s seen", lease)
 }
 
 // slotHolders are the nodes approved and not yet verified.

@@ -16,6 +16,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -28,6 +30,8 @@ var (
 	// clock is the controller's clock: real time plus an offset a test can
 	// move forward to reach a deadline without waiting for it.
 	clock = &testClock{}
+	// kube is a clientset of the test API server (heartbeat Leases).
+	kube kubernetes.Interface
 )
 
 type testClock struct {
@@ -63,7 +67,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	kube, err := kubernetes.NewForConfig(env.Config)
+	kube, err = kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		return err
 	}
@@ -76,6 +80,9 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		// The approvals ledger lives in the manager's namespace when
 		// deployed; any namespace does here.
 		LedgerNamespace: "default",
+		// As deployed: only nodes whose agent renews its heartbeat are
+		// approved (makeNode runs one per node).
+		Agents: heartbeat.NewTracker(rebootagent.HeartbeatComponent, "default", mgr.GetAPIReader()),
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/rebootplan"
@@ -207,5 +209,41 @@ func TestPlan(t *testing.T) {
 	}
 	if out.String() != "No node needs a reboot.\n" {
 		t.Errorf("plan with nothing to do: %q", out.String())
+	}
+}
+
+// The plan and status commands show a node whose reboot-agent's heartbeat
+// lapsed (or never was) as waiting for its agent, as the controller holds
+// it back; with no heartbeats at all they assume agents are not checked.
+func TestAgentsDownFromHeartbeats(t *testing.T) {
+	lease := func(node string, renewed time.Duration) coordinationv1.Lease {
+		return coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: "reboot-agent-" + node},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node), LeaseDurationSeconds: ptr.To[int32](40),
+				RenewTime: &metav1.MicroTime{Time: now.Add(-renewed)}},
+		}
+	}
+	needing := func(name string) *corev1.Node { return node(name, nil, rebootv1.AnnotationNeeded, "true") }
+	cl := clusterOf([]rebootv1.RebootGroup{group("default", nil, intstr.FromInt32(5))}, needing("alive"), needing("lapsed"), needing("none"))
+	markAgentsDown(cl.snapshot.Nodes, []coordinationv1.Lease{lease("alive", 5*time.Second), lease("lapsed", 2*time.Minute)}, now)
+	d := rebootplan.Decide(cl.snapshot)
+	if !slices.Equal(d.Approved, []string{"alive"}) {
+		t.Errorf("approved %v, want [alive]", d.Approved)
+	}
+	waits := map[string]string{}
+	for _, w := range d.Waiting() {
+		waits[w.Node] = string(w.Reason) + ": " + w.Message
+	}
+	if !strings.Contains(waits["lapsed"], "AgentNotAlive: The node's reboot-agent is not alive (its heartbeat lapsed 80s ago)") {
+		t.Errorf("lapsed: %q", waits["lapsed"])
+	}
+	if !strings.Contains(waits["none"], "no heartbeat Lease reboot-agent-none") {
+		t.Errorf("none: %q", waits["none"])
+	}
+
+	cl = clusterOf(nil, needing("a"))
+	markAgentsDown(cl.snapshot.Nodes, nil, now)
+	if cl.snapshot.Nodes[0].AgentDown {
+		t.Error("no heartbeats anywhere, yet a node is marked as having no agent")
 	}
 }

@@ -7,11 +7,15 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -52,7 +56,45 @@ func read(ctx context.Context, c client.Reader, now time.Time) (*cluster, error)
 		pn.Pods = pods[n.Name]
 		cl.snapshot.Nodes = append(cl.snapshot.Nodes, pn)
 	}
+	// The reboot-agents' heartbeats, as the controller checks them. Not
+	// allowed to list Leases: shown as alive, as before heartbeats.
+	leases := &coordinationv1.LeaseList{}
+	if err := c.List(ctx, leases, client.MatchingLabels{heartbeat.LabelComponent: rebootagent.HeartbeatComponent}); err == nil {
+		markAgentsDown(cl.snapshot.Nodes, leases.Items, now)
+	}
 	return cl, nil
+}
+
+// markAgentsDown marks the nodes whose reboot-agent has not renewed its
+// heartbeat Lease within the Lease's duration, as the controller would
+// find them (with --reboot-require-agent-heartbeat) and hold them back. It
+// marks nothing where no reboot-agent renews a Lease at all (agents without
+// heartbeats, whose controller does not check them). The Lease's renewTime
+// is the agent's clock; the controller measures with its own, so the two
+// may differ by the clocks' skew.
+func markAgentsDown(nodes []rebootplan.Node, leases []coordinationv1.Lease, now time.Time) {
+	if len(leases) == 0 {
+		return
+	}
+	renewed := map[string]time.Time{}
+	for _, l := range leases {
+		if l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil ||
+			l.Name != heartbeat.LeaseName(rebootagent.HeartbeatComponent, *l.Spec.HolderIdentity) {
+			continue
+		}
+		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 1)) * time.Second
+		renewed[*l.Spec.HolderIdentity] = l.Spec.RenewTime.Add(d)
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		until, ok := renewed[n.Name]
+		switch {
+		case !ok:
+			n.AgentDown, n.AgentDownWhy = true, "no heartbeat Lease "+heartbeat.LeaseName(rebootagent.HeartbeatComponent, n.Name)
+		case !now.Before(until):
+			n.AgentDown, n.AgentDownWhy = true, "its heartbeat lapsed "+duration.HumanDuration(now.Sub(until))+" ago"
+		}
+	}
 }
 
 func podsByNode(ctx context.Context, c client.Reader) (map[string][]rebootplan.Pod, error) {

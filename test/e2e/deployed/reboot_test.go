@@ -2,8 +2,11 @@ package deployed
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +21,8 @@ import (
 )
 
 // A reboot through the deployed reboot-agent: the node's sentinel file
-// (its /var/run/reboot-required, which the agent reads at
-// /host/var/run/reboot-required) makes the agent ask; the deployed manager
+// (its /run/kubext/reboot-required, which the agent reads at
+// /host/run/kubext/reboot-required) makes the agent ask; the deployed manager
 // drains the node and orders the reboot; the agent signals the node's init
 // (SIGRTMIN+5, as --reboot-method=signal does), and the node comes back
 // with a new boot ID, uncordoned, its request answered.
@@ -51,7 +54,7 @@ func TestDeployedRebootThroughTheAgent(t *testing.T) {
 			MaxUnavailable:       ptr.To(intstr.FromInt32(1)),
 			SoakSeconds:          ptr.To[int32](1),
 			RebootTimeoutSeconds: 120,
-			Drain:                rebootv1.DrainSpec{TimeoutSeconds: 10},
+			Drain:                rebootv1.DrainSpec{TimeoutSeconds: 30},
 		},
 	}
 	g.Expect(c.Create(ctx, group)).To(Succeed())
@@ -74,7 +77,7 @@ func TestDeployedRebootThroughTheAgent(t *testing.T) {
 			g.Expect(got.Annotations).NotTo(HaveKey(a))
 		}
 	}, 3*time.Minute, time.Second).Should(Succeed())
-	g.Expect(theLab.SentinelFile(node)).NotTo(BeAnExistingFile(), "a boot clears /var/run")
+	g.Expect(theLab.SentinelFile(node)).NotTo(BeAnExistingFile(), "a boot clears /run")
 	// The reboot ended every process of the node; the agent runs again, a
 	// new process.
 	g.Eventually(func() int {
@@ -83,4 +86,42 @@ func TestDeployedRebootThroughTheAgent(t *testing.T) {
 		}
 		return pid
 	}, time.Minute, 250*time.Millisecond).ShouldNot(Equal(pid))
+}
+
+// Each deployed reboot-agent sees one directory of its node, the
+// sentinel's, read-only: every mount under /host in the agent program's own
+// mount namespace (its /proc/PID/mountinfo lists what it can reach) is
+// /host/run/kubext, from the node's sentinel directory.
+func TestDeployedRebootAgentSeesOnlyItsSentinel(t *testing.T) {
+	needRoot(t)
+	g := NewWithT(t)
+	for _, node := range theLab.Nodes {
+		agent := podOf("reboot-agent", node)
+		g.Expect(agent).NotTo(BeEmpty(), node)
+		var hostMounts []string
+		g.Eventually(func(g Gomega) {
+			p := deployed.Process(agent, "agent")
+			g.Expect(p).NotTo(BeNil())
+			st, err := programStatus(p.PID())
+			g.Expect(err).NotTo(HaveOccurred())
+			info, err := os.ReadFile(fmt.Sprintf("/proc/%s/mountinfo", st["Pid"]))
+			g.Expect(err).NotTo(HaveOccurred())
+			hostMounts = nil
+			for _, line := range strings.Split(strings.TrimSpace(string(info)), "\n") {
+				// ID parent major:minor root mountpoint options ...
+				f := strings.Fields(line)
+				g.Expect(len(f)).To(BeNumerically(">", 5), line)
+				if f[4] == "/host" || strings.HasPrefix(f[4], "/host/") {
+					hostMounts = append(hostMounts, f[4]+" "+f[5]+" from "+f[3])
+				}
+			}
+		}, time.Minute, time.Second).Should(Succeed())
+		g.Expect(hostMounts).To(HaveLen(1), node)
+		mount := strings.Fields(hostMounts[0])
+		g.Expect(mount[0]).To(Equal("/host/run/kubext"), node)
+		g.Expect(strings.Split(mount[1], ",")).To(ContainElement("ro"), node)
+		// The source's path within its file system ends with the node's
+		// sentinel directory.
+		g.Expect(mount[3]).To(HaveSuffix("/"+node+"/"+filepath.Base(theLab.SentinelDir(node))), node)
+	}
 }
