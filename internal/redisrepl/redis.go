@@ -19,6 +19,10 @@ import (
 // not set: short, so that an unreachable member costs a reconcile little.
 const DefaultTimeout = time.Second
 
+// MaxLinkSilence is how many seconds a replica may have heard nothing from
+// its primary (master_last_io_seconds_ago) and still count its link as up.
+const MaxLinkSilence = 2
+
 // Redis is the Client that talks to real Redis servers (6.2 or newer), one
 // short-lived connection per call, without retries: the caller observes
 // again on its next round.
@@ -114,7 +118,14 @@ func ParseInfo(info string) (State, error) {
 	case RoleReplica:
 		s.Role = RoleReplica
 		s.PrimaryAddr = net.JoinHostPort(fields["master_host"], fields["master_port"])
+		// A link the primary has been silent on for longer than
+		// MaxLinkSilence is down: the primary pings its replicas every
+		// second (repl-ping-replica-period 1), so such a silence means it is
+		// gone, long before the replica times the link out (repl-timeout).
 		s.LinkUp = fields["master_link_status"] == "up"
+		if io, err := strconv.Atoi(fields["master_last_io_seconds_ago"]); err == nil && io > MaxLinkSilence {
+			s.LinkUp = false
+		}
 		// What the replica has applied of its primary's stream; it stays
 		// put while the link is down, which is what a failover compares.
 		if _, ok := fields["slave_repl_offset"]; ok {

@@ -66,7 +66,7 @@ func TestRoutePod(t *testing.T) {
 	_, err = ask(n.ClientNamespace(), at(a0), time.Second)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(routeGet(t, n.NodeNamespace("a"), n.Gateway(), &a0, podID("a", "default/a0"))).NotTo(Succeed())
-	g.Expect(sysctlIn(t, n.ClientNamespace(), "/proc/sys/net/ipv4/ip_forward")).To(Equal("0"))
+	g.Expect(sysctlIn(t, n.ClientNamespace(), "/proc/sys/net/ipv4/conf/all/forwarding")).To(Equal("0"))
 
 	// A node cut off takes its pods with it.
 	g.Expect(n.CutOff("a")).To(Succeed())
