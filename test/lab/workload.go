@@ -150,13 +150,14 @@ func runAs(pod *corev1.Pod, c *corev1.Container) (uid, gid int, err error) {
 // before any of them starts: programs, environment, volumes, user.
 func (pn *PodNetwork) prepareWorkload(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, namespace string) (w *workloadRun, err error) {
 	l := pn.lab
-	w = &workloadRun{dir: filepath.Join(l.Dir, "workloads", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID)), grace: 30 * time.Second}
+	dir := filepath.Join(l.Dir, "workloads", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	w = &workloadRun{dir: dir, grace: 30 * time.Second}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		w.grace = time.Duration(*g) * time.Second
 	}
 	defer func() {
 		if err != nil {
-			_ = os.RemoveAll(w.dir)
+			_ = os.RemoveAll(dir)
 		}
 	}()
 	if len(pod.Spec.InitContainers) > 0 {
@@ -293,7 +294,9 @@ func (pn *PodNetwork) startContainer(key, namespace string, c *workloadContainer
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.name, err)
 	}
+	pn.mu.Lock() // Container reads it
 	c.proc, c.exited = p, time.Time{}
+	pn.mu.Unlock()
 	return nil
 }
 

@@ -234,7 +234,8 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 		container.WithResources(rr)
 	}
 
-	pod := corev1ac.PodSpec().WithContainers(container)
+	// Redis never talks to the API server: its pods get no token.
+	pod := corev1ac.PodSpec().WithAutomountServiceAccountToken(false).WithContainers(container)
 	spec := appsv1ac.StatefulSetSpec().
 		WithReplicas(rd.Spec.Size).
 		WithServiceName(headlessName(rd)).
