@@ -100,6 +100,25 @@ func (r Redis) Follow(ctx context.Context, addr, primary string) error {
 	return c.ReplicaOf(ctx, host, port).Err()
 }
 
+// HandoverTimeout bounds how long a primary holds its clients' writes
+// while the replica it hands over to catches up; past it, the handover is
+// abandoned and the primary goes on (kubext tries again).
+const HandoverTimeout = 5 * time.Second
+
+// Handover sends FAILOVER TO host port TIMEOUT: the primary holds its
+// clients' writes until the replica has received all of them, then the
+// replica becomes the primary and the old primary its replica. It returns
+// once the handover has started.
+func (r Redis) Handover(ctx context.Context, addr, to string) error {
+	host, port, err := net.SplitHostPort(to)
+	if err != nil {
+		return err
+	}
+	c := r.connect(addr)
+	defer c.Close()
+	return c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err()
+}
+
 // ParseInfo reads the replication state from the text of INFO replication.
 func ParseInfo(info string) (State, error) {
 	fields := map[string]string{}
@@ -115,6 +134,9 @@ func ParseInfo(info string) (State, error) {
 	switch Role(fields["role"]) {
 	case RolePrimary:
 		s.Role = RolePrimary
+		// "no-failover" unless a FAILOVER is under way (absent before 6.2).
+		st := fields["master_failover_state"]
+		s.FailingOver = st != "" && st != "no-failover"
 	case RoleReplica:
 		s.Role = RoleReplica
 		s.PrimaryAddr = net.JoinHostPort(fields["master_host"], fields["master_port"])

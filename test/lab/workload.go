@@ -228,8 +228,13 @@ func (w *workloadRun) volumes(pod *corev1.Pod, c *corev1.Container, uid, gid int
 		if vol == nil || vol.EmptyDir == nil {
 			return nil, fmt.Errorf("volume %s: only emptyDir volumes are run by the lab", m.Name)
 		}
+		// The directories above are the lab's, which the workload's user
+		// may pass through but not write.
+		if err := os.MkdirAll(filepath.Join(w.dir, "volumes"), 0o755); err != nil {
+			return nil, err
+		}
 		dir := filepath.Join(w.dir, "volumes", m.Name)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
 			return nil, err
 		}
 		if err := os.Chown(dir, uid, gid); err != nil {

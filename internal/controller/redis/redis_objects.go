@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -237,7 +238,7 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 	// Redis never talks to the API server: its pods get no token.
 	pod := corev1ac.PodSpec().WithAutomountServiceAccountToken(false).WithContainers(container)
 	spec := appsv1ac.StatefulSetSpec().
-		WithReplicas(rd.Spec.Size).
+		WithReplicas(replicas(rd)).
 		WithServiceName(headlessName(rd)).
 		// Members start and stop together: replication, not start order,
 		// is what makes them a group.
@@ -267,6 +268,18 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 		WithLabels(labels(rd)).
 		WithOwnerReferences(ownerReference(rd)).
 		WithSpec(spec)
+}
+
+// replicas is how many pods the StatefulSet keeps: spec.size, or, while the
+// primary is a member a scale down removes, up to the primary, so that the
+// primary's pod is not deleted before it has handed over (see
+// redisrepl.Decide); the next reconcile after the handover removes it.
+func replicas(rd *cachev1.Redis) int32 {
+	n, err := strconv.Atoi(strings.TrimPrefix(rd.Status.Primary, rd.Name+"-"))
+	if err != nil || !strings.HasPrefix(rd.Status.Primary, rd.Name+"-") || int32(n) < rd.Spec.Size {
+		return rd.Spec.Size
+	}
+	return int32(n) + 1
 }
 
 // desiredServices are the headless Service, which gives each member the
