@@ -106,8 +106,20 @@ func TestDecide(t *testing.T) {
 			preferred: "m7", primary: "m0", change: Elected,
 			why: "primary m7 is no longer a member; m0 is primary",
 		},
-		"scale down removes the primary: a staying replica takes over": {
+		"scale down removes the primary: it hands over to the linked replica with the most data": {
 			obs:       []Observation{replica(0, 2, true, 40), replica(1, 2, true, 50), leaving(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			actions: []Action{{Kind: Handover, Member: "m2", Addr: addr(2), Primary: addr(1)}},
+			why:     "primary m2 is being removed; handing over to m1 once it has caught up",
+		},
+		"scale down while the primary hands over: wait": {
+			obs: []Observation{replica(0, 2, true, 40), replica(1, 2, true, 50),
+				leaving(Observation{Member: member(2), State: State{Role: RolePrimary, Offset: 50, FailingOver: true}})},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			why: "primary m2 is being removed and is handing over",
+		},
+		"scale down removes the primary, no replica linked to it: a staying replica is promoted": {
+			obs:       []Observation{replica(0, 2, false, 40), replica(1, 2, false, 50), leaving(primary(2, 50))},
 			preferred: "m2", primary: "m1", change: Promoted, actions: []Action{promote(1), follow(0, 1), follow(2, 1)},
 			why: "primary m2 is being removed; promoting m1, the replica with the most data (replication offset 50)",
 		},
