@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -124,6 +125,63 @@ func (w *primaryWatch) finish(g Gomega) {
 	defer w.mu.Unlock()
 	g.Expect(w.samples).To(BeNumerically(">", 10))
 	g.Expect(w.bad).To(BeEmpty(), "never two primaries")
+}
+
+// ackLog is what a writer had acknowledged, and when.
+type ackLog struct {
+	mu   sync.Mutex
+	seqs []int
+	at   []time.Time
+}
+
+// maxGap is the longest time between two acknowledged writes.
+func (a *ackLog) maxGap() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(a.at); i++ {
+		gap = max(gap, a.at[i].Sub(a.at[i-1]))
+	}
+	return gap
+}
+
+// writeSequence writes seq-N = N, N = 0, 1, ..., every 10ms to the pod
+// labelled primary (as a client following the -primary Service would),
+// and records the writes acknowledged. stop ends it and returns them.
+func writeSequence(ctx context.Context, c client.Client, name string) (*ackLog, func() []int) {
+	a := &ackLog{}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		n := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			pods := &corev1.PodList{}
+			if c.List(ctx, pods, client.InNamespace("default"), client.MatchingLabels{cachev1.LabelRedis: name, cachev1.LabelRole: cachev1.RolePrimary}) != nil || len(pods.Items) != 1 {
+				continue
+			}
+			rc := redisAt(pods.Items[0].Status.PodIP)
+			err := rc.Set(ctx, fmt.Sprintf("seq-%d", n), n, 0).Err()
+			rc.Close()
+			if err == nil {
+				a.mu.Lock()
+				a.seqs, a.at = append(a.seqs, n), append(a.at, time.Now())
+				a.mu.Unlock()
+				n++
+			}
+		}
+	}()
+	return a, func() []int {
+		close(done)
+		<-finished
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return append([]int(nil), a.seqs...)
+	}
 }
 
 // A Redis on the lab runs real redis-server processes in its StatefulSet's
@@ -314,10 +372,36 @@ func TestRedisOnTheLab(t *testing.T) {
 	// The seed's kubectl patch: a fourth member joins as a replica.
 	out, err := theLab.Kubectl(ctx, "patch", "redis", rd.Name, "-p", `{"spec":{"size": 4}}`, "--type=merge")
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
-	_, replicas = ready(4, "", 2*time.Minute)
+	primary, replicas = ready(4, "", 2*time.Minute)
 	for _, r := range replicas {
 		readKey(r.Status.PodIP, "k1", "v1")
 	}
+
+	// A scale down that removes the primary (size down to its ordinal) is
+	// a planned switchover: the primary hands over first, and every write
+	// it acknowledged meanwhile is on the new primary. A client writes
+	// sequence numbers to the pod labelled primary all along.
+	ordinal, err := strconv.Atoi(strings.TrimPrefix(primary.Name, rd.Name+"-"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ordinal).To(BeNumerically(">", 0), "a member that restarted empty never became primary")
+	acked, stopWriter := writeSequence(ctx, c, rd.Name)
+	time.Sleep(time.Second)
+	out, err = theLab.Kubectl(ctx, "patch", "redis", rd.Name, "-p", fmt.Sprintf(`{"spec":{"size": %d}}`, ordinal), "--type=merge")
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	primary, _ = ready(ordinal, primary.Name, 2*time.Minute)
+	time.Sleep(time.Second)
+	seqs := stopWriter()
+	g.Expect(len(seqs)).To(BeNumerically(">", 10))
+	rc := redisAt(primary.Status.PodIP)
+	defer rc.Close()
+	var lost []int
+	for _, n := range seqs {
+		if v, err := rc.Get(ctx, fmt.Sprintf("seq-%d", n)).Result(); err != nil || v != strconv.Itoa(n) {
+			lost = append(lost, n)
+		}
+	}
+	g.Expect(lost).To(BeEmpty(), "acknowledged writes lost in the switchover (of %d)", len(seqs))
+	t.Logf("planned switchover: %d acknowledged writes, none lost; longest write gap %s", len(seqs), acked.maxGap())
 
 	// Deleting the Redis deletes what it owns, through owner references,
 	// and the lab stops its members' processes.
