@@ -252,6 +252,10 @@ func TestParseInfo(t *testing.T) {
 	s, err = ParseInfo("# Replication\nrole:master\nconnected_slaves:0\nmaster_repl_offset:77\n")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RolePrimary, Offset: 77}))
+	// A replica that never synced holds nothing.
+	s, err = ParseInfo("role:slave\nmaster_host:127.0.0.1\nmaster_port:1\nmaster_link_status:down\nslave_repl_offset:1\nmaster_repl_offset:0\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Offset).To(BeZero())
 	// A primary silent for longer than MaxLinkSilence: the link is down.
 	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:3\nslave_repl_offset:9\n")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -160,6 +160,12 @@ func ParseInfo(info string) (State, error) {
 	if s.Offset, err = strconv.ParseInt(fields[offset], 10, 64); err != nil {
 		return State{}, fmt.Errorf("INFO replication: %s: %w", offset, err)
 	}
+	// A replica that has never synced reports slave_repl_offset 1 over a
+	// master_repl_offset of 0: it holds nothing, and must not seem to hold
+	// more than a primary promoted from the same nothing.
+	if own, err := strconv.ParseInt(fields["master_repl_offset"], 10, 64); err == nil && offset != "master_repl_offset" {
+		s.Offset = min(s.Offset, own)
+	}
 	return s, nil
 }
 

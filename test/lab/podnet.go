@@ -413,7 +413,13 @@ func (p *podPlumbing) unplug(n *labnet.Network, key string, crash bool) error {
 	var errs []error
 	if p.workload != nil {
 		p.workload.stop(crash)
-		errs = append(errs, n.UnroutePod(p.node, p.addr))
+		// A pod whose node went down keeps its routes, which lead to the
+		// dead node, as a cluster's routes to its pod CIDR would: traffic
+		// to it times out there rather than leave through the root
+		// namespace's default route. AddPod replaces them when it is back.
+		if !crash {
+			errs = append(errs, n.UnroutePod(p.node, p.addr))
+		}
 	}
 	return errors.Join(append(errs, n.RemovePod(p.node, key))...)
 }
