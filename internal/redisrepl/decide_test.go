@@ -257,10 +257,10 @@ func TestParseInfo(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Offset).To(BeZero())
 	// A primary silent for longer than MaxLinkSilence: the link is down.
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:3\nslave_repl_offset:9\n")
+	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:2\nslave_repl_offset:9\n")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeFalse())
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:2\nslave_repl_offset:9\n")
+	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:1\nslave_repl_offset:9\n")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeTrue())
 	_, err = ParseInfo("role:sentinel\n")

@@ -21,7 +21,7 @@ const DefaultTimeout = time.Second
 
 // MaxLinkSilence is how many seconds a replica may have heard nothing from
 // its primary (master_last_io_seconds_ago) and still count its link as up.
-const MaxLinkSilence = 2
+const MaxLinkSilence = 1
 
 // Redis is the Client that talks to real Redis servers (6.2 or newer), one
 // short-lived connection per call, without retries: the caller observes
