@@ -154,9 +154,10 @@ func run(trials int, every time.Duration) (err error) {
 }
 
 // trial waits for a healthy Redis and a writer that is being acknowledged,
-// fails the primary, waits until the Redis is healthy again, and returns
-// the write gap and how many writes acknowledged since the failure was
-// prepared are missing from the primary.
+// fails the primary, waits until the Redis is healthy again (undoing the
+// failure: node revived, size restored) and writes are acknowledged, and
+// returns the longest write gap since the failure and how many writes
+// acknowledged since it are missing from the primary.
 func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod) (func() error, error)) (time.Duration, int, error) {
 	primary, err := b.ready(ctx, size)
 	if err != nil {
@@ -171,18 +172,18 @@ func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := b.w.waitAckedAfter(ctx, start); err != nil {
-		return 0, 0, err
-	}
-	gap := b.w.gapAround(start)
 	if undo != nil {
 		if err := undo(); err != nil {
 			return 0, 0, err
 		}
 	}
-	if _, err := b.ready(ctx, size); err != nil {
+	if _, err := b.readyNot(ctx, size, ""); err != nil {
 		return 0, 0, err
 	}
+	if err := b.w.waitAcked(ctx, 20); err != nil {
+		return 0, 0, err
+	}
+	gap := b.w.maxGapSince(start)
 	acked := b.w.acked()
 	missing, err := b.missing(ctx, acked[from:])
 	return gap, len(missing), err
@@ -418,23 +419,15 @@ func (w *writer) waitAcked(ctx context.Context, n int) error {
 	})
 }
 
-// waitAckedAfter waits for a write acknowledged after t.
-func (w *writer) waitAckedAfter(ctx context.Context, t time.Time) error {
-	return wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.at) > 0 && w.at[len(w.at)-1].After(t), nil
-	})
-}
-
-// gapAround is the time between the last write acknowledged before t and
-// the first one after.
-func (w *writer) gapAround(t time.Time) time.Duration {
+// maxGapSince is the longest time between two acknowledged writes from
+// the last one before t on.
+func (w *writer) maxGapSince(t time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(w.at, t, func(a, b time.Time) int { return a.Compare(b) })
-	if i == 0 || i >= len(w.at) {
-		return 0
+	var gap time.Duration
+	for i = max(i, 1); i < len(w.at); i++ {
+		gap = max(gap, w.at[i].Sub(w.at[i-1]))
 	}
-	return w.at[i].Sub(w.at[i-1])
+	return gap
 }
