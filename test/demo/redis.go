@@ -78,16 +78,18 @@ func redisScenario(ctx context.Context, d *demo) error {
 		return err
 	}
 
-	if d.lab.Net == nil {
-		// Without the lab network (not root) no Redis runs in kwok's pods:
-		// kubext says so rather than invent a primary.
+	if d.lab.Net == nil || d.deployed != nil {
+		// Without the lab network (not root) no Redis runs in kwok's pods,
+		// and a deployed manager (in its system pod namespace) does not
+		// reach the members the lab runs: kubext says so rather than
+		// invent a primary.
 		if _, err := k.until("redis/"+name, `.status.conditions[?(@.type=="Ready")].reason`, "MembersUnreachable"); err != nil {
 			return err
 		}
 		if err := k.show("get", "redis", name, "-o", "wide"); err != nil {
 			return err
 		}
-		say("Without the lab network no redis-server runs in the pods: every member is Unreachable.")
+		say("No Redis member is reachable from this manager here: every member is Unreachable.")
 	} else if err := redisFailover(ctx, d, k, name); err != nil {
 		return err
 	}
@@ -201,13 +203,27 @@ func redisFailover(ctx context.Context, d *demo, k *labKubectl, name string) err
 	say("GET greeting on the replica %s (%s): %q", rname, rip, "hello from "+pod)
 
 	say("Killing the primary's node %s (cut off the network, NotReady, its processes killed) ...", node)
+	// The static IP scenario's agent on that node dies with it; it is
+	// started again once the node is back.
+	hadAgent := len(d.lab.ProcessesIn(d.lab.Net.NodeNamespace(node))) > 0
 	start := time.Now()
 	if err := d.lab.KillNode(ctx, node); err != nil {
 		return err
 	}
 	defer func() {
-		if err := d.lab.ReviveNode(context.WithoutCancel(ctx), node); err != nil {
+		ctx := context.WithoutCancel(ctx)
+		if err := d.lab.ReviveNode(ctx, node); err != nil {
 			say("reviving %s: %v", node, err)
+			return
+		}
+		if err := d.lab.WaitNodeReady(ctx, node, true, time.Minute); err != nil {
+			say("%v", err)
+			return
+		}
+		if hadAgent {
+			if _, err := d.lab.StartIPAgent(ctx, node); err != nil {
+				say("restarting the ip-agent of %s: %v", node, err)
+			}
 		}
 	}()
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
