@@ -31,6 +31,14 @@ import (
 
 const redisPassword = "e2e-Secret-pw"
 
+// quietRedis drops go-redis's own log lines: the tests' clients dial
+// members that are down on purpose, and say so in their errors.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func init() { redis.SetLogger(quietRedis{}) }
+
 // redisAt is a client of one member, dialled from the root namespace (where
 // the manager runs) by its pod IP, as the manager dials it.
 func redisAt(ip string) *redis.Client {
