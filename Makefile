@@ -126,6 +126,10 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
 	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
+.PHONY: bench-redis
+bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, or a scale down removes it (TRIALS per kind, default 10). Needs root.
+	go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))
+
 ##@ Build
 
 # What every binary says with --version and the image's labels say.

@@ -42,6 +42,9 @@ type State struct {
 	// Offset is how far into the replication stream the member is: the
 	// amount of data it holds, comparable between members of one group.
 	Offset int64
+	// FailingOver is, for a primary, whether it is handing over to a
+	// replica (a FAILOVER in progress: it holds its clients' writes).
+	FailingOver bool
 }
 
 // Observation is a member and what it reported, or why it could not be
@@ -64,6 +67,9 @@ const (
 	Promote ActionKind = "promote"
 	// Follow makes a member replicate from the primary: REPLICAOF host port.
 	Follow ActionKind = "follow"
+	// Handover makes the primary hand over to a replica once the replica
+	// has caught up (FAILOVER TO host port): no acknowledged write is lost.
+	Handover ActionKind = "handover"
 )
 
 // Action is one command for one member.
@@ -71,13 +77,17 @@ type Action struct {
 	Kind   ActionKind
 	Member string
 	Addr   string
-	// Primary is the address to follow, for Follow.
+	// Primary is the address to follow, for Follow, or to hand over to,
+	// for Handover.
 	Primary string
 }
 
 func (a Action) String() string {
-	if a.Kind == Follow {
+	switch a.Kind {
+	case Follow:
 		return fmt.Sprintf("%s (%s): replicate from %s", a.Member, a.Addr, a.Primary)
+	case Handover:
+		return fmt.Sprintf("%s (%s): hand over to %s", a.Member, a.Addr, a.Primary)
 	}
 	return fmt.Sprintf("%s (%s): become primary", a.Member, a.Addr)
 }
@@ -96,6 +106,10 @@ const (
 	Promoted Change = "Promoted"
 	// Lost means there is no primary and no member can be made one.
 	Lost Change = "Lost"
+	// HandingOver means the primary is being removed and hands over to a
+	// replica: it stays primary until the replica has caught up and taken
+	// over.
+	HandingOver Change = "HandingOver"
 )
 
 // Plan is what Decide wants done.
@@ -158,6 +172,9 @@ func Decide(obs []Observation, preferred string) Plan {
 	}
 	candidate := func(i int) bool { return alive(i) && !obs[i].Leaving && !restartedEmpty(i) }
 
+	if plan, ok := handover(obs, preferred); ok {
+		return plan
+	}
 	pick, change := -1, Kept
 	if i := indexOf(obs, preferred); i >= 0 && candidate(i) {
 		pick = i
@@ -210,6 +227,38 @@ func Decide(obs []Observation, preferred string) Plan {
 		}
 	}
 	return plan
+}
+
+// handover plans the planned switchover of a primary being removed (scale
+// down): while it answers as primary and a staying replica has its link up
+// to it, it hands over to the one with the most data (FAILOVER waits for
+// that replica to catch up, then swaps their roles), instead of a replica
+// being promoted behind its back, which would lose the writes the replica
+// had not received yet.
+func handover(obs []Observation, preferred string) (Plan, bool) {
+	i := indexOf(obs, preferred)
+	if i < 0 || !obs[i].Leaving || !obs[i].Reachable() || obs[i].State.Role != RolePrimary {
+		return Plan{}, false
+	}
+	p := obs[i]
+	plan := Plan{Primary: p.Name, PrimaryAddr: p.Addr, Change: HandingOver}
+	if p.State.FailingOver {
+		plan.Why = fmt.Sprintf("primary %s is being removed and is handing over", p.Name)
+		return plan, true
+	}
+	to := -1
+	for j, o := range obs {
+		if o.Reachable() && !o.Leaving && o.State.Role == RoleReplica && o.State.PrimaryAddr == p.Addr && o.State.LinkUp &&
+			(to < 0 || o.State.Offset > obs[to].State.Offset) {
+			to = j
+		}
+	}
+	if to < 0 {
+		return Plan{}, false
+	}
+	plan.Why = fmt.Sprintf("primary %s is being removed; handing over to %s once it has caught up", p.Name, obs[to].Name)
+	plan.Actions = []Action{{Kind: Handover, Member: p.Name, Addr: p.Addr, Primary: obs[to].Addr}}
+	return plan, true
 }
 
 func indexOf(obs []Observation, name string) int {

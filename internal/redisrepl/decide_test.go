@@ -106,8 +106,20 @@ func TestDecide(t *testing.T) {
 			preferred: "m7", primary: "m0", change: Elected,
 			why: "primary m7 is no longer a member; m0 is primary",
 		},
-		"scale down removes the primary: a staying replica takes over": {
+		"scale down removes the primary: it hands over to the linked replica with the most data": {
 			obs:       []Observation{replica(0, 2, true, 40), replica(1, 2, true, 50), leaving(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			actions: []Action{{Kind: Handover, Member: "m2", Addr: addr(2), Primary: addr(1)}},
+			why:     "primary m2 is being removed; handing over to m1 once it has caught up",
+		},
+		"scale down while the primary hands over: wait": {
+			obs: []Observation{replica(0, 2, true, 40), replica(1, 2, true, 50),
+				leaving(Observation{Member: member(2), State: State{Role: RolePrimary, Offset: 50, FailingOver: true}})},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			why: "primary m2 is being removed and is handing over",
+		},
+		"scale down removes the primary, no replica linked to it: a staying replica is promoted": {
+			obs:       []Observation{replica(0, 2, false, 40), replica(1, 2, false, 50), leaving(primary(2, 50))},
 			preferred: "m2", primary: "m1", change: Promoted, actions: []Action{promote(1), follow(0, 1), follow(2, 1)},
 			why: "primary m2 is being removed; promoting m1, the replica with the most data (replication offset 50)",
 		},
@@ -240,6 +252,17 @@ func TestParseInfo(t *testing.T) {
 	s, err = ParseInfo("# Replication\nrole:master\nconnected_slaves:0\nmaster_repl_offset:77\n")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RolePrimary, Offset: 77}))
+	// A replica that never synced holds nothing.
+	s, err = ParseInfo("role:slave\nmaster_host:127.0.0.1\nmaster_port:1\nmaster_link_status:down\nslave_repl_offset:1\nmaster_repl_offset:0\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.Offset).To(BeZero())
+	// A primary silent for longer than MaxLinkSilence: the link is down.
+	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:2\nslave_repl_offset:9\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.LinkUp).To(BeFalse())
+	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:1\nslave_repl_offset:9\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.LinkUp).To(BeTrue())
 	_, err = ParseInfo("role:sentinel\n")
 	g.Expect(err).To(MatchError(`INFO replication: unknown role "sentinel"`))
 	_, err = ParseInfo("role:master\n")

@@ -16,6 +16,9 @@ type Client interface {
 	Promote(ctx context.Context, addr string) error
 	// Follow makes the member at addr replicate from primary (host:port).
 	Follow(ctx context.Context, addr, primary string) error
+	// Handover makes the primary at addr hand over to its replica at to
+	// (host:port) once the replica has caught up.
+	Handover(ctx context.Context, addr, to string) error
 }
 
 // Result is what one Reconcile observed, decided and did.
@@ -47,9 +50,12 @@ func Reconcile(ctx context.Context, c Client, members []Member, preferred string
 	var errs []error
 	for i, a := range res.Plan.Actions {
 		var err error
-		if a.Kind == Promote {
+		switch a.Kind {
+		case Promote:
 			err = c.Promote(ctx, a.Addr)
-		} else {
+		case Handover:
+			err = c.Handover(ctx, a.Addr, a.Primary)
+		default:
 			err = c.Follow(ctx, a.Addr, a.Primary)
 		}
 		if err != nil {

@@ -19,6 +19,10 @@ import (
 // not set: short, so that an unreachable member costs a reconcile little.
 const DefaultTimeout = time.Second
 
+// MaxLinkSilence is how many seconds a replica may have heard nothing from
+// its primary (master_last_io_seconds_ago) and still count its link as up.
+const MaxLinkSilence = 1
+
 // Redis is the Client that talks to real Redis servers (6.2 or newer), one
 // short-lived connection per call, without retries: the caller observes
 // again on its next round.
@@ -96,6 +100,25 @@ func (r Redis) Follow(ctx context.Context, addr, primary string) error {
 	return c.ReplicaOf(ctx, host, port).Err()
 }
 
+// HandoverTimeout bounds how long a primary holds its clients' writes
+// while the replica it hands over to catches up; past it, the handover is
+// abandoned and the primary goes on (kubext tries again).
+const HandoverTimeout = 5 * time.Second
+
+// Handover sends FAILOVER TO host port TIMEOUT: the primary holds its
+// clients' writes until the replica has received all of them, then the
+// replica becomes the primary and the old primary its replica. It returns
+// once the handover has started.
+func (r Redis) Handover(ctx context.Context, addr, to string) error {
+	host, port, err := net.SplitHostPort(to)
+	if err != nil {
+		return err
+	}
+	c := r.connect(addr)
+	defer c.Close()
+	return c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err()
+}
+
 // ParseInfo reads the replication state from the text of INFO replication.
 func ParseInfo(info string) (State, error) {
 	fields := map[string]string{}
@@ -111,10 +134,20 @@ func ParseInfo(info string) (State, error) {
 	switch Role(fields["role"]) {
 	case RolePrimary:
 		s.Role = RolePrimary
+		// "no-failover" unless a FAILOVER is under way (absent before 6.2).
+		st := fields["master_failover_state"]
+		s.FailingOver = st != "" && st != "no-failover"
 	case RoleReplica:
 		s.Role = RoleReplica
 		s.PrimaryAddr = net.JoinHostPort(fields["master_host"], fields["master_port"])
+		// A link the primary has been silent on for longer than
+		// MaxLinkSilence is down: the primary pings its replicas every
+		// second (repl-ping-replica-period 1), so such a silence means it is
+		// gone, long before the replica times the link out (repl-timeout).
 		s.LinkUp = fields["master_link_status"] == "up"
+		if io, err := strconv.Atoi(fields["master_last_io_seconds_ago"]); err == nil && io > MaxLinkSilence {
+			s.LinkUp = false
+		}
 		// What the replica has applied of its primary's stream; it stays
 		// put while the link is down, which is what a failover compares.
 		if _, ok := fields["slave_repl_offset"]; ok {
@@ -126,6 +159,12 @@ func ParseInfo(info string) (State, error) {
 	var err error
 	if s.Offset, err = strconv.ParseInt(fields[offset], 10, 64); err != nil {
 		return State{}, fmt.Errorf("INFO replication: %s: %w", offset, err)
+	}
+	// A replica that has never synced reports slave_repl_offset 1 over a
+	// master_repl_offset of 0: it holds nothing, and must not seem to hold
+	// more than a primary promoted from the same nothing.
+	if own, err := strconv.ParseInt(fields["master_repl_offset"], 10, 64); err == nil && offset != "master_repl_offset" {
+		s.Offset = min(s.Offset, own)
 	}
 	return s, nil
 }

@@ -295,13 +295,48 @@ func TestScaleUpAndDown(t *testing.T) {
 	gr.converge(members)
 	gr.g.Expect(gr.primary).To(Equal("redis-2"))
 	members[1].Leaving, members[2].Leaving = true, true
+	// Writes keep coming to the primary while it hands over: every one it
+	// acknowledged is on the new primary, none is lost.
+	writer := gr.server("redis-2").client()
+	acked := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; n < 100000; n++ {
+			if writer.Set(gr.ctx, fmt.Sprintf("seq-%d", n), n, 0).Err() != nil {
+				break // READONLY: it is a replica now
+			}
+		}
+		acked <- n
+	}()
+	time.Sleep(50 * time.Millisecond)
 	res = gr.reconcile(members)
-	gr.g.Expect(res.Plan.Change).To(Equal(Promoted), res.Plan.Why)
-	gr.g.Expect(res.Plan.Primary).To(Equal("redis-0"))
-	gr.g.Expect(res.Plan.Why).To(ContainSubstring("primary redis-2 is being removed"))
+	gr.g.Expect(res.Plan.Change).To(Equal(HandingOver), res.Plan.Why)
+	gr.g.Expect(res.Plan.Primary).To(Equal("redis-2"), "primary until the replica has taken over")
+	gr.g.Expect(res.Plan.Why).To(Equal("primary redis-2 is being removed; handing over to redis-0 once it has caught up"))
+	gr.g.Expect(res.Done).To(Equal([]Action{{Kind: Handover, Member: "redis-2", Addr: gr.server("redis-2").addr, Primary: gr.server("redis-0").addr}}))
+	var n int
+	gr.g.Eventually(acked, waitFor).Should(Receive(&n))
+	gr.g.Expect(n).To(BeNumerically(">", 0))
 	gr.g.Expect(gr.converge(members)).To(Equal("redis-0"))
+	gr.replicated(fmt.Sprintf("seq-%d", n-1), strconv.Itoa(n-1), "redis-0")
+	gr.g.Expect(gr.server("redis-0").client().DBSize(gr.ctx).Val()).To(BeNumerically(">=", n+1))
 	gr.set("redis-0", "after", "handover")
 	gr.replicated("after", "handover", "redis-1", "redis-2")
+}
+
+// A primary being removed with no replica linked to it is not handed over
+// (nobody could catch up): a staying member is promoted as before.
+func TestLeavingPrimaryWithoutLinkedReplica(t *testing.T) {
+	gr := newGroup(t, 2, "")
+	gr.primary = "redis-1"
+	gr.g.Expect(gr.converge(gr.members())).To(Equal("redis-1"))
+	dead := strconv.Itoa(freePort(t))
+	gr.g.Expect(gr.server("redis-0").client().ReplicaOf(gr.ctx, "127.0.0.1", dead).Err()).To(Succeed())
+	members := gr.members()
+	members[1].Leaving = true
+	res := gr.reconcile(members)
+	gr.g.Expect(res.Plan.Change).To(Equal(Promoted), res.Plan.Why)
+	gr.g.Expect(res.Plan.Primary).To(Equal("redis-0"))
 }
 
 func TestPrimaryMadeByHandIsRepointed(t *testing.T) {

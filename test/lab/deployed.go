@@ -634,7 +634,7 @@ func (d *Deployed) containerSpec(ctx context.Context, cs kubernetes.Interface, p
 	if sc != nil && sc.Privileged != nil && *sc.Privileged {
 		return nil, errors.New("privileged containers are not run by the lab")
 	}
-	env, err := d.resolveEnv(ctx, cs, pod, c)
+	env, err := resolveEnv(ctx, cs, pod, c)
 	if err != nil {
 		return nil, err
 	}
@@ -732,7 +732,7 @@ func checkStatic(path string) error {
 
 // resolveEnv is the container's environment as a kubelet computes it:
 // envFrom, then env in order, values with $(VAR) expanded.
-func (d *Deployed) resolveEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container) ([]string, error) {
+func resolveEnv(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, c *corev1.Container) ([]string, error) {
 	var order []string
 	vars := map[string]string{}
 	set := func(k, v string) {
@@ -742,7 +742,7 @@ func (d *Deployed) resolveEnv(ctx context.Context, cs kubernetes.Interface, pod 
 		vars[k] = v
 	}
 	for _, from := range c.EnvFrom {
-		data, err := d.refData(ctx, cs, pod.Namespace, from.ConfigMapRef, from.SecretRef)
+		data, err := refData(ctx, cs, pod.Namespace, from.ConfigMapRef, from.SecretRef)
 		if err != nil {
 			return nil, err
 		}
@@ -755,7 +755,7 @@ func (d *Deployed) resolveEnv(ctx context.Context, cs kubernetes.Interface, pod 
 			set(e.Name, expandVars(e.Value, vars))
 			continue
 		}
-		v, err := d.envValueFrom(ctx, cs, pod, e.ValueFrom)
+		v, err := envValueFrom(ctx, cs, pod, e.ValueFrom)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
@@ -768,7 +768,7 @@ func (d *Deployed) resolveEnv(ctx context.Context, cs kubernetes.Interface, pod 
 	return out, nil
 }
 
-func (d *Deployed) envValueFrom(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, from *corev1.EnvVarSource) (string, error) {
+func envValueFrom(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, from *corev1.EnvVarSource) (string, error) {
 	switch {
 	case from.FieldRef != nil:
 		return podField(pod, from.FieldRef.FieldPath)
@@ -799,7 +799,7 @@ func (d *Deployed) envValueFrom(ctx context.Context, cs kubernetes.Interface, po
 }
 
 // refData reads a ConfigMap's or a Secret's data.
-func (d *Deployed) refData(ctx context.Context, cs kubernetes.Interface, ns string, cmRef *corev1.ConfigMapEnvSource, sRef *corev1.SecretEnvSource) (map[string]string, error) {
+func refData(ctx context.Context, cs kubernetes.Interface, ns string, cmRef *corev1.ConfigMapEnvSource, sRef *corev1.SecretEnvSource) (map[string]string, error) {
 	out := map[string]string{}
 	switch {
 	case cmRef != nil:
@@ -907,13 +907,13 @@ func (d *Deployed) volume(ctx context.Context, cs kubernetes.Interface, pod *cor
 		}
 		return dir, os.Chmod(dir, 0o777)
 	case vol.ConfigMap != nil:
-		data, err := d.refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: vol.ConfigMap.LocalObjectReference}, nil)
+		data, err := refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: vol.ConfigMap.LocalObjectReference}, nil)
 		if err != nil {
 			return "", err
 		}
 		addItems(files, data, vol.ConfigMap.Items)
 	case vol.Secret != nil:
-		data, err := d.refData(ctx, cs, pod.Namespace, nil, &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: vol.Secret.SecretName}})
+		data, err := refData(ctx, cs, pod.Namespace, nil, &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: vol.Secret.SecretName}})
 		if err != nil {
 			return "", err
 		}
@@ -980,13 +980,13 @@ func (d *Deployed) projected(ctx context.Context, cs kubernetes.Interface, pod *
 		files[t.Path] = tok
 		r.tokens = append(r.tokens, bt)
 	case src.ConfigMap != nil:
-		data, err := d.refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: src.ConfigMap.LocalObjectReference}, nil)
+		data, err := refData(ctx, cs, pod.Namespace, &corev1.ConfigMapEnvSource{LocalObjectReference: src.ConfigMap.LocalObjectReference}, nil)
 		if err != nil {
 			return err
 		}
 		addItems(files, data, src.ConfigMap.Items)
 	case src.Secret != nil:
-		data, err := d.refData(ctx, cs, pod.Namespace, nil, &corev1.SecretEnvSource{LocalObjectReference: src.Secret.LocalObjectReference})
+		data, err := refData(ctx, cs, pod.Namespace, nil, &corev1.SecretEnvSource{LocalObjectReference: src.Secret.LocalObjectReference})
 		if err != nil {
 			return err
 		}

@@ -71,7 +71,6 @@ func TestResolveEnv(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Namespace: "kubext-system"},
 		Spec:       corev1.PodSpec{NodeName: "node-1"},
 	}
-	d := &Deployed{}
 	c := &corev1.Container{Env: []corev1.EnvVar{
 		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 		{Name: "EXCLUDE_SNAT", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
@@ -79,7 +78,7 @@ func TestResolveEnv(t *testing.T) {
 		{Name: "WHERE", Value: "$(NODE_NAME)/$(LATER)"},
 		{Name: "LATER", Value: "x"},
 	}}
-	env, err := d.resolveEnv(context.Background(), cs, pod, c)
+	env, err := resolveEnv(context.Background(), cs, pod, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +88,7 @@ func TestResolveEnv(t *testing.T) {
 	}
 	c.Env = append(c.Env, corev1.EnvVar{Name: "MISSING", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: "ip-agent"}, Key: "nope"}}})
-	if _, err := d.resolveEnv(context.Background(), cs, pod, c); err == nil || !strings.Contains(err.Error(), "no key nope") {
+	if _, err := resolveEnv(context.Background(), cs, pod, c); err == nil || !strings.Contains(err.Error(), "no key nope") {
 		t.Fatalf("a missing ConfigMap key: got %v", err)
 	}
 }

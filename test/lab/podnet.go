@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -47,6 +49,11 @@ const (
 // the pod is deleted, stops running, moves or changes its IP, the server is
 // stopped and the namespace removed.
 //
+// The workload pods (see workload.go: the members of a Redis) get a
+// namespace too, routed as on a cluster's flat pod network, and run their
+// containers' real program instead of the pod server, while their node is
+// Ready.
+//
 // The client namespace cannot reach pod IPs; only a node agent's NAT can
 // make a pod reachable from outside, and a pod's own traffic reaches the
 // client (through its node) only with a source address the client can
@@ -54,6 +61,8 @@ const (
 type PodNetwork struct {
 	lab    *Lab
 	bin    string
+	cs     kubernetes.Interface
+	nodes  corev1listers.NodeLister
 	cancel context.CancelFunc
 	done   chan struct{}
 	kick   chan struct{}
@@ -74,6 +83,9 @@ type podPlumbing struct {
 	addr      netip.Addr
 	namespace string
 	server    *Process
+	bootID    string
+	// workload is what runs for a workload pod (nil for the pod server).
+	workload *workloadRun
 }
 
 // podWant is what the pod network should make for one pod.
@@ -82,6 +94,10 @@ type podWant struct {
 	name string
 	node string
 	addr netip.Addr
+	// pod and bootID are set for a workload pod: what to run, and the boot
+	// of its node it runs in.
+	pod    *corev1.Pod
+	bootID string
 }
 
 // StartPodNetwork starts the lab's pod network, or returns the one already
@@ -115,6 +131,10 @@ func (l *Lab) StartPodNetwork(ctx context.Context) (*PodNetwork, error) {
 		o.FieldSelector = fields.OneTermEqualSelector("status.phase", string(corev1.PodRunning)).String()
 	}))
 	informer := factory.Core().V1().Pods()
+	// Nodes, for workload pods: they run while their node is Ready, and
+	// start again after it boots.
+	nodeFactory := informers.NewSharedInformerFactory(cs, 0)
+	nodeInformer := nodeFactory.Core().V1().Nodes()
 	pn := &PodNetwork{
 		lab:  l,
 		bin:  bin,
@@ -131,17 +151,26 @@ func (l *Lab) StartPodNetwork(ctx context.Context) (*PodNetwork, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { pn.trigger() },
+	}); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	pn.cancel = cancel
 	factory.Start(runCtx.Done())
+	nodeFactory.Start(runCtx.Done())
 	syncCtx, syncCancel := context.WithTimeout(ctx, 30*time.Second)
 	defer syncCancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(syncCtx.Done(), informer.Informer().HasSynced, nodeInformer.Informer().HasSynced) {
 		cancel()
 		factory.Shutdown()
+		nodeFactory.Shutdown()
 		return nil, errors.New("lab: the pod network's pod cache did not sync")
 	}
 	lister := informer.Lister()
+	pn.nodes = nodeInformer.Lister()
+	pn.cs = cs
 	l.mu.Lock()
 	l.podNet = pn
 	l.mu.Unlock()
@@ -149,6 +178,7 @@ func (l *Lab) StartPodNetwork(ctx context.Context) (*PodNetwork, error) {
 		defer close(pn.done)
 		defer pn.cleanup()
 		defer factory.Shutdown()
+		defer nodeFactory.Shutdown()
 		stop := context.AfterFunc(ctx, cancel)
 		defer stop()
 		tick := time.NewTicker(podNetResync)
@@ -166,7 +196,7 @@ func (l *Lab) StartPodNetwork(ctx context.Context) (*PodNetwork, error) {
 			}
 		}
 	}()
-	l.log("Pod network started: pods that claim a static IP get a namespace and a server on port %d", PodServerPort)
+	l.log("Pod network started: pods that claim a static IP get a namespace and a server on port %d; Redis members run redis-server", PodServerPort)
 	return pn, nil
 }
 
@@ -220,7 +250,7 @@ func (pn *PodNetwork) Stop() {
 func (pn *PodNetwork) cleanup() {
 	var errs []error
 	for key := range pn.pods {
-		errs = append(errs, pn.remove(key))
+		errs = append(errs, pn.remove(key, false))
 	}
 	pn.stopErr = errors.Join(errs...)
 	l := pn.lab
@@ -235,7 +265,9 @@ func (pn *PodNetwork) cleanup() {
 func (pn *PodNetwork) wanted(pods []*corev1.Pod) map[string]podWant {
 	out := map[string]podWant{}
 	for _, p := range pods {
-		if _, ok := p.Annotations[ipv1.AnnotationIP]; !ok {
+		_, claims := p.Annotations[ipv1.AnnotationIP]
+		workload := !claims && runsWorkload(p)
+		if !claims && !workload {
 			continue
 		}
 		if p.Status.Phase != corev1.PodRunning || p.Spec.HostNetwork || pn.lab.Net.NodeNamespace(p.Spec.NodeName) == "" {
@@ -245,7 +277,15 @@ func (pn *PodNetwork) wanted(pods []*corev1.Pod) map[string]podWant {
 		if err != nil {
 			continue
 		}
-		out[p.Namespace+"/"+p.Name] = podWant{uid: p.UID, name: p.Name, node: p.Spec.NodeName, addr: addr}
+		w := podWant{uid: p.UID, name: p.Name, node: p.Spec.NodeName, addr: addr}
+		if workload {
+			bootID, up := pn.nodeUp(p.Spec.NodeName)
+			if !up || p.DeletionTimestamp != nil {
+				continue
+			}
+			w.pod, w.bootID = p, bootID
+		}
+		out[p.Namespace+"/"+p.Name] = w
 	}
 	return out
 }
@@ -256,10 +296,16 @@ func (pn *PodNetwork) reconcile(ctx context.Context, pods []*corev1.Pod) {
 	want := pn.wanted(pods)
 	for key, have := range pn.pods {
 		w, ok := want[key]
-		if ok && w.uid == have.uid && w.node == have.node && w.addr == have.addr {
+		if ok && w.uid == have.uid && w.node == have.node && w.addr == have.addr && w.bootID == have.bootID {
+			if have.workload != nil {
+				pn.restartExited(key, have.namespace, have.workload)
+			}
 			continue
 		}
-		if err := pn.remove(key); err != nil {
+		// A workload pod whose node went down or rebooted dies with it.
+		_, up := pn.nodeUp(have.node)
+		crash := have.workload != nil && (!up || ok && w.bootID != have.bootID)
+		if err := pn.remove(key, crash); err != nil {
 			pn.report(key, err)
 		}
 	}
@@ -291,19 +337,44 @@ func (pn *PodNetwork) report(key string, err error) {
 	}
 }
 
-// add plumbs a pod and starts its server.
+// nodeUp reports whether the node is Ready, and its boot ID.
+func (pn *PodNetwork) nodeUp(name string) (bootID string, up bool) {
+	node, err := pn.nodes.Get(name)
+	if err != nil {
+		return "", false
+	}
+	return node.Status.NodeInfo.BootID, NodeReady(node)
+}
+
+// add plumbs a pod and starts its server or its workload.
 func (pn *PodNetwork) add(ctx context.Context, key string, w podWant) (err error) {
 	n := pn.lab.Net
 	ns, err := n.AddPod(w.node, key, w.addr)
 	if err != nil {
 		return err
 	}
-	p := &podPlumbing{uid: w.uid, name: w.name, node: w.node, addr: w.addr, namespace: ns}
+	p := &podPlumbing{uid: w.uid, name: w.name, node: w.node, addr: w.addr, namespace: ns, bootID: w.bootID}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, p.unplug(n, key))
+			err = errors.Join(err, p.unplug(n, key, true))
 		}
 	}()
+	if w.pod != nil {
+		if p.workload, err = pn.prepareWorkload(ctx, pn.cs, w.pod, ns); err != nil {
+			return err
+		}
+		if err := n.RoutePod(w.node, w.addr); err != nil {
+			return err
+		}
+		if err := pn.startWorkload(ctx, key, ns, n.NodeNamespace(w.node), w.addr, p.workload); err != nil {
+			return err
+		}
+		pn.lab.log("Pod network: pod %s runs on %s at %s", key, w.node, w.addr)
+		pn.mu.Lock()
+		pn.pods[key] = p
+		pn.mu.Unlock()
+		return nil
+	}
 	p.server, err = pn.lab.Start("pod-"+strings.ReplaceAll(key, "/", "-"), ns, pn.bin,
 		[]string{"podserver", "--listen", ":" + strconv.Itoa(PodServerPort), "--reply", w.name})
 	if err != nil {
@@ -318,20 +389,39 @@ func (pn *PodNetwork) add(ctx context.Context, key string, w podWant) (err error
 	return nil
 }
 
-// remove stops a pod's server and removes its namespace.
-func (pn *PodNetwork) remove(key string) error {
+// remove stops a pod's server or workload (crash: at once, as a node going
+// down would) and removes its namespace.
+func (pn *PodNetwork) remove(key string, crash bool) error {
 	p := pn.pods[key]
 	pn.mu.Lock()
 	delete(pn.pods, key)
 	pn.mu.Unlock()
-	return p.unplug(pn.lab.Net, key)
+	if p.workload != nil {
+		how := "stopped"
+		if crash {
+			how = "killed (its node is down or rebooted)"
+		}
+		pn.lab.log("Pod network: pod %s %s", key, how)
+	}
+	return p.unplug(pn.lab.Net, key, crash)
 }
 
-func (p *podPlumbing) unplug(n *labnet.Network, key string) error {
+func (p *podPlumbing) unplug(n *labnet.Network, key string, crash bool) error {
 	if p.server != nil {
 		p.server.Stop(2 * time.Second)
 	}
-	return n.RemovePod(p.node, key)
+	var errs []error
+	if p.workload != nil {
+		p.workload.stop(crash)
+		// A pod whose node went down keeps its routes, which lead to the
+		// dead node, as a cluster's routes to its pod CIDR would: traffic
+		// to it times out there rather than leave through the root
+		// namespace's default route. AddPod replaces them when it is back.
+		if !crash {
+			errs = append(errs, n.UnroutePod(p.node, p.addr))
+		}
+	}
+	return errors.Join(append(errs, n.RemovePod(p.node, key))...)
 }
 
 // waitPodServer waits until the pod's server answers with its name when

@@ -95,6 +95,24 @@ func (c fakeClient) Promote(_ context.Context, addr string) error {
 	return nil
 }
 
+// Handover swaps the roles at once, as FAILOVER does once the replica has
+// caught up.
+func (c fakeClient) Handover(_ context.Context, addr, to string) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	s, err := c.server(addr)
+	if err != nil {
+		return err
+	}
+	t, err := c.server(to)
+	if err != nil {
+		return err
+	}
+	t.state = redisrepl.State{Role: redisrepl.RolePrimary, Offset: s.state.Offset}
+	s.state = redisrepl.State{Role: redisrepl.RoleReplica, PrimaryAddr: to, Offset: s.state.Offset}
+	return nil
+}
+
 func (c fakeClient) Follow(_ context.Context, addr, primary string) error {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()

@@ -92,16 +92,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.reconcileReplication(ctx, rd, password); err != nil {
 		return ctrl.Result{}, err
 	}
-	if meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
-		// Nothing in the API tells of a change inside Redis (a REPLICAOF
-		// typed by hand, a replica's link going down): look again.
-		return ctrl.Result{RequeueAfter: resync}, nil
+	if rd.Status.Primary != "" || meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
+		// Nothing in the API tells of a change inside Redis (a primary's
+		// process gone and restarted in the same pod, a replica's link
+		// going down, a REPLICAOF typed by hand): look again soon, so that
+		// a lost primary is replaced within seconds.
+		return ctrl.Result{RequeueAfter: observeEvery}, nil
 	}
 	return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
 }
 
 const (
-	// resync is how often a Ready Redis's members are observed again.
+	// observeEvery is how often the members of a Redis that has a primary
+	// are observed again: one INFO per member.
+	observeEvery = time.Second
+	// resync bounds the back-off of a Redis that has no primary.
 	resync = 30 * time.Second
 	// nameTakenRetry is how often a Redis whose object names are taken by
 	// objects it does not control looks again.

@@ -353,7 +353,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	for range 3 {
 		res, err := r.Reconcile(f.Ctx, reconcile.Request{NamespacedName: key})
 		f.G.Expect(err).NotTo(HaveOccurred())
-		f.G.Expect(res.RequeueAfter).To(Equal(resync))
+		f.G.Expect(res.RequeueAfter).To(Equal(observeEvery))
 	}
 	f.G.Expect(writes.Load()).To(BeZero(), "a reconcile with nothing to change must not write")
 	f.G.Expect(f.Get(key, &appsv1.StatefulSet{}).GetResourceVersion()).To(Equal(sts.GetResourceVersion()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,10 @@ const (
 	Port = 6379
 
 	dataVolume = "data"
+
+	// nobodyPort is where a member that has not been given its primary yet
+	// looks for one: port 1 of its own loopback, where no Redis listens.
+	nobodyPort = 1
 )
 
 // Service names of a Redis.
@@ -165,14 +170,26 @@ func ownerReference(rd *cachev1.Redis) *metav1ac.OwnerReferenceApplyConfiguratio
 
 // desiredStatefulSet runs the members: every field kubext owns on the
 // StatefulSet, and nothing else, so that defaults the API server fills in
-// are never taken for a difference. Members start as primaries; the
-// controller then points all but one at the primary.
+// are never taken for a difference. Members start as replicas of nobody;
+// the controller then promotes one and points the others at it.
 func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfiguration {
 	args := []string{
 		"--port", strconv.Itoa(Port),
 		// Clients come from other pods; a password, when set, guards them.
 		"--protected-mode", "no",
 		"--dir", "/data",
+		// A member (re)starts as a read-only replica of an address where
+		// nothing listens, never as a primary: a primary's process that
+		// restarts empty would otherwise be followed again by its replicas,
+		// which would copy its empty data set over theirs before kubext
+		// could promote one of them. Such a replica serves nobody's
+		// replication either (NOMASTERLINK) until kubext points it at the
+		// primary.
+		"--replicaof", "127.0.0.1", strconv.Itoa(nobodyPort),
+		// The primary pings its replicas every second, so that a replica
+		// silent for longer than redisrepl.MaxLinkSilence tells of a
+		// primary gone even when its connection is not closed (node lost).
+		"--repl-ping-replica-period", "1",
 	}
 	if rd.Spec.Persistence != nil {
 		args = append(args, "--appendonly", "yes")
@@ -218,9 +235,10 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 		container.WithResources(rr)
 	}
 
-	pod := corev1ac.PodSpec().WithContainers(container)
+	// Redis never talks to the API server: its pods get no token.
+	pod := corev1ac.PodSpec().WithAutomountServiceAccountToken(false).WithContainers(container)
 	spec := appsv1ac.StatefulSetSpec().
-		WithReplicas(rd.Spec.Size).
+		WithReplicas(replicas(rd)).
 		WithServiceName(headlessName(rd)).
 		// Members start and stop together: replication, not start order,
 		// is what makes them a group.
@@ -250,6 +268,18 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 		WithLabels(labels(rd)).
 		WithOwnerReferences(ownerReference(rd)).
 		WithSpec(spec)
+}
+
+// replicas is how many pods the StatefulSet keeps: spec.size, or, while the
+// primary is a member a scale down removes, up to the primary, so that the
+// primary's pod is not deleted before it has handed over (see
+// redisrepl.Decide); the next reconcile after the handover removes it.
+func replicas(rd *cachev1.Redis) int32 {
+	n, err := strconv.Atoi(strings.TrimPrefix(rd.Status.Primary, rd.Name+"-"))
+	if err != nil || !strings.HasPrefix(rd.Status.Primary, rd.Name+"-") || int32(n) < rd.Spec.Size {
+		return rd.Spec.Size
+	}
+	return int32(n) + 1
 }
 
 // desiredServices are the headless Service, which gives each member the

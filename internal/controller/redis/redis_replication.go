@@ -158,6 +158,8 @@ func (r *Reconciler) recordChanges(rd *cachev1.Redis, res redisrepl.Result) {
 			r.Recorder.Eventf(rd, nil, corev1.EventTypeWarning, "Promoted", "Promote", "%s", capitalise(res.Plan.Why))
 		case redisrepl.Follow:
 			repointed = append(repointed, a.Member)
+		case redisrepl.Handover:
+			r.Recorder.Eventf(rd, nil, corev1.EventTypeNormal, "HandingOver", "Failover", "%s", capitalise(res.Plan.Why))
 		}
 	}
 	if res.Plan.Change == redisrepl.Elected {

@@ -18,9 +18,12 @@ import (
 )
 
 // A Redis through the deployed manager: its StatefulSet's pods run on the
-// lab's nodes and the status reports every member (unreachable: no Redis
-// runs in a simulated pod), which takes the manager's rights on
-// StatefulSets, Services, pods and its status.
+// lab's nodes and the status reports every member, which takes the
+// manager's rights on StatefulSets, Services, pods and its status. The
+// members are unreachable here: the lab runs redis-server only when the
+// pod network runs, and routes the members' pod IPs for the root
+// namespace's processes (test/e2e's local manager), not for a deployed
+// manager's system pod namespace.
 func TestDeployedRedisReportsItsMembers(t *testing.T) {
 	needRoot(t)
 	g := NewWithT(t)
