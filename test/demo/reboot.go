@@ -47,7 +47,7 @@ func rebootScenario(ctx context.Context, d *demo) error {
 	if err := plugin(ctx, d, "reboot", first); err != nil {
 		return err
 	}
-	say("$ touch %s   # node %s's /var/run/reboot-required: its agent asks by itself", d.lab.SentinelFile(last), last)
+	say("$ touch %s   # node %s's /run/kubext/reboot-required (relayed from /run/reboot-required): its agent asks by itself", d.lab.SentinelFile(last), last)
 	if err := os.WriteFile(d.lab.SentinelFile(last), nil, 0o644); err != nil {
 		return err
 	}

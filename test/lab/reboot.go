@@ -205,7 +205,7 @@ func (l *Lab) writeRebootAgentKubeconfig(node string) (string, error) {
 }
 
 // RebootFor simulates a reboot of the node that keeps it down for downtime:
-// it goes NotReady, its sentinel file goes (as a boot clears /var/run), it
+// it goes NotReady, its sentinel file goes (as a boot clears /run), it
 // comes back with a new boot ID, and turns Ready again. In deployed mode
 // the node's pods' processes die with it and start again once it is back,
 // so that they see the new boot ID, as after a real reboot.
