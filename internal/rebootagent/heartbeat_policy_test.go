@@ -1,12 +1,7 @@
 package rebootagent
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,13 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubext/kubext/internal/heartbeat"
-	"github.com/kubext/kubext/test/lab"
 )
 
 // The reboot-agent renews its own heartbeat Lease with its RBAC
@@ -90,30 +83,9 @@ func TestAgentMayOnlyRenewItsOwnHeartbeat(t *testing.T) {
 // the Role in config/reboot-agent/rbac.yaml in namespace ns.
 func grantAgentHeartbeatRBAC(t *testing.T, g Gomega, ns string) {
 	t.Helper()
-	root, err := lab.RepoRoot()
-	g.Expect(err).NotTo(HaveOccurred())
-	data, err := os.ReadFile(filepath.Join(root, "config", "reboot-agent", "rbac.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var rules []rbacv1.PolicyRule
-	for {
-		var role rbacv1.Role
-		err := dec.Decode(&role)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		g.Expect(err).NotTo(HaveOccurred())
-		if role.Kind == "Role" {
-			rules = role.Rules
-		}
-	}
-	g.Expect(rules).NotTo(BeEmpty(), "no Role in config/reboot-agent/rbac.yaml")
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns}, Rules: rules}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns}, Rules: agentRules(g, "Role")}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "kubext-reboot-agent"}}}
-	for _, o := range []client.Object{role, binding} {
-		g.Expect(k8s.Create(context.Background(), o)).To(Succeed())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
-	}
+	createAll(t, g, role, binding)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,20 +22,14 @@ func TestManagerMayChangeOnlyTheRebootFieldsOfNodes(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	g.Expect(testEnv.Apply(ctx, "config/policy/manager-nodes.yaml")).To(Succeed())
-	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
-	})
+	t.Cleanup(func() { deletePolicy("manager-node-writes.reboot.kubext.io") })
 	// The manager's node rights (config/rbac/role.yaml).
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-manager-nodes"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-manager-nodes"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts"}}}
-	for _, o := range []client.Object{role, binding} {
-		g.Expect(k8s.Create(ctx, o)).To(Succeed())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
-	}
+	createAll(t, g, role, binding)
 	const name = "manager-writes"
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"pool": "blue"},
 		Annotations: map[string]string{"example.com/owner": "ops"}}}
@@ -53,12 +46,10 @@ func TestManagerMayChangeOnlyTheRebootFieldsOfNodes(t *testing.T) {
 		MatchError(ContainSubstring("the kubext manager may not change the labels of a node")))
 	// Unloaded before the next tests (and before the node and RBAC go).
 	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "manager-node-writes.reboot.kubext.io"}})
-		g.Eventually(func() error {
+		unloadPolicy(g, "manager-node-writes.reboot.kubext.io", func() error {
 			return manager.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
 				client.RawPatch(types.MergePatchType, []byte(relabel)), client.DryRunAll)
-		}, waitFor, 100*time.Millisecond).Should(Succeed(), "the manager-node-writes policy still applies after its deletion")
+		})
 	})
 	for _, tc := range []struct{ name, patch, refused string }{
 		{"another annotation", `{"metadata":{"annotations":{"example.com/owner":"me"}}}`,

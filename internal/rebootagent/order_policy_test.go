@@ -34,13 +34,7 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
 	g.Expect(testEnv.Apply(ctx, "config/policy/reboot-order.yaml")).To(Succeed())
-	t.Cleanup(func() {
-		// The other tests of the package write orders as the admin, which
-		// is exempt; remove it anyway so that they see the cluster they
-		// expect.
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
-	})
+	t.Cleanup(func() { deletePolicy("reboot-orders.reboot.kubext.io") })
 	patcher := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-node-patcher"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "patch", "update"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-node-patcher"},
@@ -48,10 +42,7 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 		Subjects: []rbacv1.Subject{
 			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"},
 		}}
-	for _, o := range []client.Object{patcher, binding} {
-		g.Expect(k8s.Create(ctx, o)).To(Succeed())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
-	}
+	createAll(t, g, patcher, binding)
 	const name = "orders-a"
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
 		Annotations: map[string]string{"reboot.kubext.io/failed": "did not come back"}}}
@@ -71,12 +62,10 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 	// And a moment to unload: the next tests must not meet it. (Runs
 	// before the node and the RBAC go.)
 	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "reboot-orders.reboot.kubext.io"}})
-		g.Eventually(func() error {
+		unloadPolicy(g, "reboot-orders.reboot.kubext.io", func() error {
 			return cni.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}},
 				client.RawPatch(types.MergePatchType, []byte(reboot)), client.DryRunAll)
-		}, waitFor, 100*time.Millisecond).Should(Succeed(), "the reboot-orders policy still applies after its deletion")
+		})
 	})
 	for _, tc := range []struct{ name, patch, refused string }{
 		{"an order", reboot, "reboot.kubext.io/now, reboot.kubext.io/boot-id, reboot.kubext.io/in-progress"},
@@ -102,4 +91,19 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 	} {
 		g.Expect(merge(c, reboot, client.DryRunAll)).To(Succeed())
 	}
+}
+
+// deletePolicy deletes an admission policy and its binding (both named
+// name, as in config/policy).
+func deletePolicy(name string) {
+	_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// unloadPolicy deletes an admission policy and waits until the API server
+// no longer applies it, i.e. until refused (a dry run the policy refused)
+// succeeds: the next tests must not meet it.
+func unloadPolicy(g Gomega, name string, refused func() error) {
+	deletePolicy(name)
+	g.Eventually(refused, waitFor, 100*time.Millisecond).Should(Succeed(), "the %s policy still applies after its deletion", name)
 }

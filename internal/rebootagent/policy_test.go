@@ -39,37 +39,48 @@ func agentConfig(node string) *rest.Config {
 	return cfg
 }
 
-// grantAgentRBAC grants the agent's service account the rules of the
-// ClusterRole in config/reboot-agent/rbac.yaml, the one deployed.
-func grantAgentRBAC(t *testing.T, g Gomega) {
-	t.Helper()
+// agentRules are the rules of the Role or ClusterRole (kind) in
+// config/reboot-agent/rbac.yaml, the ones deployed.
+func agentRules(g Gomega, kind string) []rbacv1.PolicyRule {
 	root, err := lab.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 	data, err := os.ReadFile(filepath.Join(root, "config", "reboot-agent", "rbac.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var rules []rbacv1.PolicyRule
 	for {
-		var role rbacv1.ClusterRole
+		var role rbacv1.ClusterRole // a Role has the same fields
 		err := dec.Decode(&role)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		g.Expect(err).NotTo(HaveOccurred())
-		if role.Kind == "ClusterRole" {
-			rules = role.Rules
+		if role.Kind == kind {
+			return role.Rules
 		}
 	}
-	g.Expect(rules).NotTo(BeEmpty(), "no ClusterRole in config/reboot-agent/rbac.yaml")
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: rules}
+	g.Expect(false).To(BeTrue(), "no %s in config/reboot-agent/rbac.yaml", kind)
+	return nil
+}
+
+// createAll creates objects for the rest of the test.
+func createAll(t *testing.T, g Gomega, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		g.Expect(k8s.Create(context.Background(), o)).To(Succeed())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+	}
+}
+
+// grantAgentRBAC grants the agent's service account the rules of the
+// ClusterRole in config/reboot-agent/rbac.yaml, the one deployed.
+func grantAgentRBAC(t *testing.T, g Gomega) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: agentRules(g, "ClusterRole")}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubext-system", Name: "kubext-reboot-agent"},
 			{Kind: "ServiceAccount", Namespace: "acme-system", Name: "acme-reboot-agent"}}}
-	for _, o := range []client.Object{role, binding} {
-		g.Expect(k8s.Create(context.Background(), o)).To(Succeed())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
-	}
+	createAll(t, g, role, binding)
 }
 
 // The admission policy in config/policy/reboot-agent.yaml and the RBAC in
