@@ -1,19 +1,14 @@
 package chart
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/render"
 )
 
 const (
@@ -24,14 +19,7 @@ const (
 )
 
 // root is the repository root.
-func root(t *testing.T) string {
-	t.Helper()
-	dir, err := lab.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+func root(t *testing.T) string { return render.Root(t) }
 
 // tool is a binary under bin/; missing, the test fails saying how to build
 // it (never skips: `make test` builds it first).
@@ -65,14 +53,7 @@ func run(t *testing.T, name string, args ...string) []byte {
 
 func tryRun(t *testing.T, name string, args ...string) ([]byte, error) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = root(t)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.Bytes(), fmt.Errorf("%s %v: %w\n%s%s", filepath.Base(name), args, err, stderr.String(), stdout.String())
-	}
-	return stdout.Bytes(), nil
+	return render.Run(root(t), name, args...)
 }
 
 // helmTemplate renders the chart as release "kubext" in kubext-system, CRDs
@@ -92,19 +73,9 @@ func kustomizeDefault(t *testing.T) []*unstructured.Unstructured {
 // decode splits a multi-document YAML stream into objects.
 func decode(t *testing.T, data []byte) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatalf("decoding rendered YAML: %v", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
+	objs, err := render.Decode(data)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return objs
 }
