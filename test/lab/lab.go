@@ -280,7 +280,7 @@ func (l *Lab) Down(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return os.RemoveAll(l.Dir)
+	return errors.Join(os.RemoveAll(l.workloadDir()), os.RemoveAll(l.Dir))
 }
 
 // RESTConfig is a client configuration for the lab's API server.

@@ -150,7 +150,11 @@ func runAs(pod *corev1.Pod, c *corev1.Container) (uid, gid int, err error) {
 // before any of them starts: programs, environment, volumes, user.
 func (pn *PodNetwork) prepareWorkload(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, namespace string) (w *workloadRun, err error) {
 	l := pn.lab
-	dir := filepath.Join(l.Dir, "workloads", pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
+	root, err := l.workloadRoot()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
 	w = &workloadRun{dir: dir, grace: 30 * time.Second}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		w.grace = time.Duration(*g) * time.Second
@@ -359,4 +363,22 @@ func (pn *PodNetwork) Container(podKey, container string) *Process {
 		}
 	}
 	return nil
+}
+
+// workloadRoot holds the workloads' files. Their programs run as their own
+// unprivileged users and are given these paths directly, so every parent
+// must be traversable by them: not under the lab's directory, whose
+// parents (a checkout in a mode-0700 temporary directory, a home
+// directory) are not the lab's to open up, but in the system's temporary
+// directory, passable (0711) and not listable. Down removes it.
+func (l *Lab) workloadRoot() (string, error) {
+	root := l.workloadDir()
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return "", err
+	}
+	return root, os.Chmod(root, 0o711)
+}
+
+func (l *Lab) workloadDir() string {
+	return filepath.Join(os.TempDir(), "kubext-lab-"+l.Prefix+"-workloads")
 }
