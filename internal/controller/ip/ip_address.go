@@ -3,7 +3,6 @@ package ip
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -330,8 +329,8 @@ func (r *Reconciler) release(ctx context.Context, ip *ipv1.IP, except string) er
 		if err := r.Delete(ctx, a, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("releasing %s of IP %s: %w", a.Name, ip.Name, err)
 		}
-		if err := r.dropFinalizer(ctx, a, ipv1.ReservationFinalizer); err != nil {
-			return fmt.Errorf("releasing %s of IP %s: removing its finalizer: %w", a.Name, ip.Name, err)
+		if err := statuspatch.DropFinalizer(ctx, r.Client, a, ipv1.ReservationFinalizer); err != nil {
+			return fmt.Errorf("releasing %s of IP %s: %w", a.Name, ip.Name, err)
 		}
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Released", "Release", "Released %s", a.Name)
 	}
@@ -355,26 +354,4 @@ func (r *Reconciler) releaseForReassign(ctx context.Context, ip *ipv1.IP) (bool,
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Reassigned", "Reassign", "Released %s to move to %s", old, ip.Spec.Address)
 	ip.Status.Address, ip.Status.Assigned, ip.Status.Original = "", false, nil
 	return true, nil
-}
-
-// dropFinalizer removes finalizer f from o with a JSON patch that tests the
-// entry it removes. The Delete just before has changed o's resourceVersion,
-// so an optimistic-lock patch over the cached copy would conflict until the
-// cache caught up; the test guards what matters instead: if the finalizers
-// moved meanwhile, the patch fails and the caller retries, and nobody
-// else's finalizer is ever dropped.
-func (r *Reconciler) dropFinalizer(ctx context.Context, o client.Object, f string) error {
-	i := slices.Index(o.GetFinalizers(), f)
-	if i < 0 {
-		return nil
-	}
-	path := fmt.Sprintf("/metadata/finalizers/%d", i)
-	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": f}, {"op": "remove", "path": path}})
-	if err != nil {
-		return err
-	}
-	if err := r.Patch(ctx, o, client.RawPatch(types.JSONPatchType, patch)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("removing finalizer %s from %s: %w", f, o.GetName(), err)
-	}
-	return nil
 }
