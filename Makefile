@@ -126,6 +126,12 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
 	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
+.PHONY: bench-failover-keepalived
+bench-failover-keepalived: tools build ## Static IP failover of keepalived on the same lab, probe, kill and split detector: VRRPv2 advert 1 s (default), VRRPv3 0.1 s and 0.01 s (TRIALS each, default 10). Needs root and keepalived.
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 2 -advert 1s -trials $(or $(TRIALS),10)
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 100ms -trials $(or $(TRIALS),10)
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 10ms -trials $(or $(TRIALS),10)
+
 .PHONY: bench-redis
 bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, or a scale down removes it (TRIALS per kind, default 10). Needs root.
 	go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))

@@ -348,6 +348,47 @@ func (d *SplitDetector) Err() error {
 	return errors.Join(d.errs...)
 }
 
+// SplitTime is how long more than one node answered for the address, in
+// either way, over the watch so far: the union of the episodes, each
+// sample counting for the interval it closes (a one-sample split counts
+// SampleInterval). Episodes past the first 64 are counted as one sample
+// each, so the figure is a lower bound once Report says "and N more".
+func (d *SplitDetector) SplitTime() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return splitTime(d.splits) + time.Duration(d.dropped)*SampleInterval
+}
+
+// splitTime is the length of the union of the episodes' intervals: a
+// "configured" and a "sending" episode of the same moment count once.
+func splitTime(splits []Split) time.Duration {
+	type span struct{ from, to time.Time }
+	spans := make([]span, 0, len(splits))
+	for _, s := range splits {
+		spans = append(spans, span{s.From.Add(-SampleInterval), s.To})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var total time.Duration
+	var cur span
+	for i, s := range spans {
+		switch {
+		case i == 0:
+			cur = s
+		case !s.from.After(cur.to):
+			if s.to.After(cur.to) {
+				cur.to = s.to
+			}
+		default:
+			total += cur.to.Sub(cur.from)
+			cur = s
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from)
+	}
+	return total
+}
+
 // Senders counts the frames each node (or unknown MAC) sent as the address
 // so far: ARP replies, gratuitous ARP and IPv4.
 func (d *SplitDetector) Senders() map[string]int {

@@ -10,6 +10,17 @@
 // whose ENI EC2 says holds the address. It also reports the EC2 calls per
 // failover and kubext's own time: from the controller declaring the node
 // lost to the client's first answer, minus the EC2 calls' latency.
+//
+// The split detector (test/staticip) watches the address through every
+// trial: split_brain_ms is how long two nodes answered for it at once.
+// After the failovers, -stall freezes the lab's kube-apiserver (and then
+// etcd) for that long with the client probing, and reports the longest
+// outage the client saw during the stall and -stall-watch after it
+// (stall_outage_s, stall_etcd_outage_s) and whether the address moved.
+//
+// With -peer keepalived it measures keepalived instead (keepalived.go):
+// the same lab network, probe, kill and split detector, one VRRP instance
+// per node namespace for the address.
 package main
 
 import (
@@ -41,7 +52,25 @@ func main() {
 	renew := flag.Duration("renew-interval", 500*time.Millisecond, "ip-agent --renew-interval")
 	provider := flag.String("provider", "l2", "the pool's provider: l2, or aws (the lab's VPC model)")
 	ec2Latency := flag.Duration("ec2-latency", 300*time.Millisecond, "with -provider aws: latency of every EC2 call")
+	flag.DurationVar(&stallFor, "stall", 5*time.Second, "after the failovers, freeze kube-apiserver, then etcd, this long with the client probing (0: skip)")
+	flag.DurationVar(&stallWatch, "stall-watch", 10*time.Second, "how long the client keeps probing after a stall ends")
+	flag.DurationVar(&restartAfter, "restart-after", 0, "how long a revived node stays on the network before its agent (or keepalived) restarts")
+	peer := flag.String("peer", "kubext", "what holds the address: kubext, or keepalived (one VRRP instance per node)")
+	flag.StringVar(&keepalivedBin, "keepalived", "/usr/sbin/keepalived", "with -peer keepalived: the keepalived binary")
+	flag.IntVar(&vrrpVersion, "vrrp-version", 2, "with -peer keepalived: VRRP version, 2 or 3")
+	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
 	flag.Parse()
+	if *peer == "keepalived" {
+		if err := runKeepalived(*trials); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-failover:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *peer != "kubext" {
+		fmt.Fprintln(os.Stderr, "bench-failover: -peer must be kubext or keepalived")
+		os.Exit(2)
+	}
 	if *provider != "l2" && *provider != "aws" {
 		fmt.Fprintln(os.Stderr, "bench-failover: -provider must be l2 or aws")
 		os.Exit(2)
@@ -63,6 +92,10 @@ var (
 	awsMode bool
 	ec2Lat  time.Duration
 )
+
+// stallFor, stallWatch and restartAfter are -stall, -stall-watch and
+// -restart-after.
+var stallFor, stallWatch, restartAfter time.Duration
 
 type bench struct {
 	lab    *lab.Lab
@@ -147,6 +180,17 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		return err
 	}
 	downtimes, err := b.failovers(ctx, trials, addr)
+	stalls := map[string]stallResult{}
+	if err == nil && stallFor > 0 {
+		for _, comp := range []string{lab.ComponentAPIServer, lab.ComponentEtcd} {
+			r, serr := b.stall(ctx, addr, comp)
+			if serr != nil {
+				err = fmt.Errorf("stall of %s: %w", comp, serr)
+				break
+			}
+			stalls[comp] = r
+		}
+	}
 	if _, derr := splits.Stop(); derr != nil && err == nil {
 		err = derr
 	}
@@ -162,9 +206,15 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), len(downtimes))
 	fmt.Printf("attach latency, pod Ready -> IP Ready (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
 		stats.Percentile(attaches, 50), stats.Percentile(attaches, 99), slices.Max(attaches), len(attaches))
-	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d\n",
+	for _, comp := range []string{lab.ComponentAPIServer, lab.ComponentEtcd} {
+		if r, ok := stalls[comp]; ok {
+			fmt.Printf("%s frozen %s: %s\n", comp, stallFor, r)
+		}
+	}
+	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
+	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
-		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()))
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()), splits.SplitTime().Milliseconds(), stallFields(stalls))
 	if awsMode {
 		calls, muts := ints(b.ec2Calls), ints(b.mutating)
 		fmt.Printf("EC2 calls per failover: p50 %.0f  max %.0f (mutating: p50 %.0f  max %.0f) at %s per call\n",
@@ -287,6 +337,7 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			return nil, err
 		}
 		fmt.Printf("          revived %s at %s\n", node, time.Now().UTC().Format("15:04:05.000"))
+		time.Sleep(restartAfter)
 		if _, err := b.lab.StartIPAgent(ctx, node, b.agents...); err != nil {
 			return nil, err
 		}
