@@ -59,6 +59,7 @@ func main() {
 	flag.StringVar(&keepalivedBin, "keepalived", "/usr/sbin/keepalived", "with -peer keepalived: the keepalived binary")
 	flag.IntVar(&vrrpVersion, "vrrp-version", 2, "with -peer keepalived: VRRP version, 2 or 3")
 	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
+	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
 	if *peer == "keepalived" {
 		if err := runKeepalived(*trials); err != nil {
