@@ -389,6 +389,14 @@ func splitTime(splits []Split) time.Duration {
 	return total
 }
 
+// Episodes is how many splits the detector saw, those past the first 64
+// (which Splits does not list) included.
+func (d *SplitDetector) Episodes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.splits) + d.dropped
+}
+
 // Senders counts the frames each node (or unknown MAC) sent as the address
 // so far: ARP replies, gratuitous ARP and IPv4.
 func (d *SplitDetector) Senders() map[string]int {

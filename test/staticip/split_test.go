@@ -55,3 +55,22 @@ func TestRecordEpisodes(t *testing.T) {
 		t.Errorf("SplitTime = %s, want %s", got, want)
 	}
 }
+
+// Past maxEpisodes the splits are counted, not listed, and each still
+// counts one sample of split time.
+func TestRecordBeyondMaxEpisodes(t *testing.T) {
+	d := &SplitDetector{}
+	t0 := time.Now()
+	for i := range maxEpisodes + 10 {
+		d.record("sending", []string{"node-1", "node-2"}, t0.Add(time.Duration(i)*time.Second))
+	}
+	if got := len(d.Splits()); got != maxEpisodes {
+		t.Errorf("listed %d splits, want %d", got, maxEpisodes)
+	}
+	if got := d.Episodes(); got != maxEpisodes+10 {
+		t.Errorf("Episodes = %d, want %d", got, maxEpisodes+10)
+	}
+	if got, want := d.SplitTime(), time.Duration(maxEpisodes+10)*SampleInterval; got != want {
+		t.Errorf("SplitTime = %s, want %s", got, want)
+	}
+}

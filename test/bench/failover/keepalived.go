@@ -134,7 +134,7 @@ func runKeepalived(trials int) (err error) {
 	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
 	fmt.Printf("peer=keepalived vrrp_version=%d advert_s=%g failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f trials=%d splits=%d split_brain_ms=%d flaps=%d\n",
 		vrrpVersion, advert.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes),
-		len(downtimes), len(splits.Splits()), splits.SplitTime().Milliseconds(), flaps)
+		len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), flaps)
 	return nil
 }
 

@@ -215,7 +215,7 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
 	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
-		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()), splits.SplitTime().Milliseconds(), stallFields(stalls))
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls))
 	if awsMode {
 		calls, muts := ints(b.ec2Calls), ints(b.mutating)
 		fmt.Printf("EC2 calls per failover: p50 %.0f  max %.0f (mutating: p50 %.0f  max %.0f) at %s per call\n",
@@ -224,7 +224,7 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
 		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d\n",
 			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
-			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), len(splits.Splits()))
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes())
 	}
 	return nil
 }
