@@ -261,7 +261,10 @@ func (d *SplitDetector) sample() {
 }
 
 // configured lists the nodes that have the address on an interface and
-// are on the bridge.
+// are on the bridge. Any interface counts, not only the uplink: the kernel
+// answers ARP on eth0 for an address on any of its interfaces. An address
+// past its valid lifetime counts until the kernel removes it (up to a
+// quarter of a second later): until then the kernel still answers for it.
 func (d *SplitDetector) configured() []string {
 	var on []string
 	for _, n := range d.nodes {

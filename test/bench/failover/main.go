@@ -54,7 +54,7 @@ func main() {
 	ec2Latency := flag.Duration("ec2-latency", 300*time.Millisecond, "with -provider aws: latency of every EC2 call")
 	flag.DurationVar(&stallFor, "stall", 5*time.Second, "after the failovers, freeze kube-apiserver, then etcd, this long with the client probing (0: skip)")
 	flag.DurationVar(&stallWatch, "stall-watch", 10*time.Second, "how long the client keeps probing after a stall ends")
-	flag.DurationVar(&restartAfter, "restart-after", 0, "how long a revived node stays on the network before its agent (or keepalived) restarts")
+	flag.DurationVar(&restartAfter, "restart-after", 0, "how long a revived node stays on the network before its agent (or keepalived) restarts: a node that does not fence answers for its old address meanwhile")
 	peer := flag.String("peer", "kubext", "what holds the address: kubext, or keepalived (one VRRP instance per node)")
 	flag.StringVar(&keepalivedBin, "keepalived", "/usr/sbin/keepalived", "with -peer keepalived: the keepalived binary")
 	flag.IntVar(&vrrpVersion, "vrrp-version", 2, "with -peer keepalived: VRRP version, 2 or 3")
@@ -222,9 +222,9 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 			stats.Percentile(calls, 50), slices.Max(calls), stats.Percentile(muts, 50), slices.Max(muts), ec2Lat)
 		fmt.Printf("kubext's own time per failover, NodeLost -> first answer minus the latency of the EC2 calls in between (s): p50 %.3f  p99 %.3f  max %.3f\n",
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
-		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d\n",
+		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s\n",
 			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
-			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes())
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls))
 	}
 	return nil
 }
