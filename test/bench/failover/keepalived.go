@@ -122,6 +122,17 @@ func runKeepalived(trials int) (err error) {
 		return err
 	}
 	downtimes, flaps, err := k.failovers(ctx, trials)
+	partFields := ""
+	if err == nil && partitionFor > 0 {
+		var node string
+		if node, err = k.holder(30 * time.Second); err == nil {
+			var r partitionResult
+			if r, err = partition(l, splits, k.addr, node); err == nil {
+				fmt.Println(r)
+				partFields = r.fields()
+			}
+		}
+	}
 	if _, derr := splits.Stop(); derr != nil && err == nil {
 		err = derr
 	}
@@ -132,9 +143,9 @@ func runKeepalived(trials int) (err error) {
 	fmt.Printf("\nfailover downtime (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials; took the address back after the revive in %d\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), len(downtimes), flaps)
 	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
-	fmt.Printf("peer=keepalived vrrp_version=%d advert_s=%g failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f trials=%d splits=%d split_brain_ms=%d flaps=%d\n",
+	fmt.Printf("peer=keepalived vrrp_version=%d advert_s=%g failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f trials=%d splits=%d split_brain_ms=%d flaps=%d%s\n",
 		vrrpVersion, advert.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes),
-		len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), flaps)
+		len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), flaps, partFields)
 	return nil
 }
 

@@ -59,6 +59,8 @@ func main() {
 	flag.StringVar(&keepalivedBin, "keepalived", "/usr/sbin/keepalived", "with -peer keepalived: the keepalived binary")
 	flag.IntVar(&vrrpVersion, "vrrp-version", 2, "with -peer keepalived: VRRP version, 2 or 3")
 	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
+	flag.DurationVar(&partitionFor, "partition", 5*time.Second, "after the failovers, isolate the holder's node from all but the client this long (0: skip)")
+	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
 	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
 	if *peer == "keepalived" {
@@ -181,6 +183,17 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		return err
 	}
 	downtimes, err := b.failovers(ctx, trials, addr)
+	var part *partitionResult
+	if err == nil && partitionFor > 0 {
+		var ip *ipv1.IP
+		if ip, err = staticip.WaitIP(ctx, b.c, "bench", 2*time.Minute, func(ip *ipv1.IP) bool { return staticip.Ready(ip) && len(ip.Status.Standbys) > 0 }); err == nil {
+			if _, err = staticip.AskUntil(l.Net.ClientNamespace(), addr, staticip.PodName(ip.Status.Pod), 30*time.Second); err == nil {
+				var r partitionResult
+				r, err = partition(l, splits, addr, ip.Status.Node)
+				part = &r
+			}
+		}
+	}
 	stalls := map[string]stallResult{}
 	if err == nil && stallFor > 0 {
 		for _, comp := range []string{lab.ComponentAPIServer, lab.ComponentEtcd} {
@@ -212,19 +225,24 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 			fmt.Printf("%s frozen %s: %s\n", comp, stallFor, r)
 		}
 	}
+	partFields := ""
+	if part != nil {
+		fmt.Println(part)
+		partFields = part.fields()
+	}
 	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
-	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s\n",
+	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s%s\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
-		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls))
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls), partFields)
 	if awsMode {
 		calls, muts := ints(b.ec2Calls), ints(b.mutating)
 		fmt.Printf("EC2 calls per failover: p50 %.0f  max %.0f (mutating: p50 %.0f  max %.0f) at %s per call\n",
 			stats.Percentile(calls, 50), slices.Max(calls), stats.Percentile(muts, 50), slices.Max(muts), ec2Lat)
 		fmt.Printf("kubext's own time per failover, NodeLost -> first answer minus the latency of the EC2 calls in between (s): p50 %.3f  p99 %.3f  max %.3f\n",
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
-		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s\n",
+		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s%s\n",
 			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
-			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls))
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls), partFields)
 	}
 	return nil
 }
