@@ -17,6 +17,10 @@
 // etcd) for that long with the client probing, and reports the longest
 // outage the client saw during the stall and -stall-watch after it
 // (stall_outage_s, stall_etcd_outage_s) and whether the address moved.
+// Before the stalls, -partition isolates the holder's node from all but
+// the client (its link stays up) and reports the client's outage and the
+// time two nodes answered meanwhile (partition_outage_s,
+// partition_split_ms).
 //
 // With -peer keepalived it measures keepalived instead (keepalived.go):
 // the same lab network, probe, kill and split detector, one VRRP instance
