@@ -123,7 +123,7 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 	$(LAB_LOCK) go run ./test/bench/apps
 
 .PHONY: bench-failover
-bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), time two nodes answered (split detector), attach latency, client outage during a 5 s kube-apiserver and etcd freeze; PROVIDER=aws on the lab's VPC model. Needs root.
+bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), time two nodes answered (split detector), attach latency, client outage during a 5 s partition of the holder and a 5 s kube-apiserver and etcd freeze; PROVIDER=aws on the lab's VPC model. Needs root.
 	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
 .PHONY: bench-failover-keepalived
