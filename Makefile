@@ -123,8 +123,15 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 	$(LAB_LOCK) go run ./test/bench/apps
 
 .PHONY: bench-failover
-bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
+bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), time two nodes answered (split detector), attach latency, client outage during a 5 s partition of the holder and a 5 s kube-apiserver and etcd freeze; PROVIDER=aws on the lab's VPC model. Needs root.
 	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
+
+.PHONY: bench-failover-keepalived
+bench-failover-keepalived: tools build ## Static IP failover of keepalived on the same lab, probe, kill and split detector: VRRPv2 advert 1 s (default), VRRPv3 0.1 s and 0.01 s (TRIALS each, default 20). Needs root; installs keepalived (Debian) if missing.
+	hack/test-deps.sh keepalived
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 2 -advert 1s -trials $(or $(TRIALS),20)
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 100ms -trials $(or $(TRIALS),20)
+	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 10ms -trials $(or $(TRIALS),20)
 
 .PHONY: bench-redis
 bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, or a scale down removes it (TRIALS per kind, default 10). Needs root.

@@ -73,6 +73,8 @@ func TestStaticIPSplitDetectorSeesTwoNodes(t *testing.T) {
 	}
 	g.Expect(kinds).To(HaveKey("configured"))
 	g.Expect(kinds).To(HaveKey("sending"))
+	// split_brain_ms of the benchmarks: about the 300 ms both held it.
+	g.Expect(d.SplitTime()).To(BeNumerically("~", 300*time.Millisecond, 150*time.Millisecond))
 }
 
 func addAddr(node string, addr netip.Addr) error {

@@ -160,6 +160,11 @@ func (l *Lab) deleteCluster(ctx context.Context) error {
 		return nil // never created, or already gone
 	}
 	pids := readPIDs(filepath.Join(clusterDir, "pids"))
+	// A component a crashed caller left paused (PauseComponent) would
+	// ignore the stop signal until the kill after the timeout.
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
 	out, err := l.kwokctl(ctx, "delete", "cluster", "--kubeconfig", filepath.Join(l.Dir, "kubeconfig")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("kwokctl delete cluster: %w\n%s", err, out)

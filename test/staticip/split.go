@@ -261,7 +261,10 @@ func (d *SplitDetector) sample() {
 }
 
 // configured lists the nodes that have the address on an interface and
-// are on the bridge.
+// are on the bridge. Any interface counts, not only the uplink: the kernel
+// answers ARP on eth0 for an address on any of its interfaces. An address
+// past its valid lifetime counts until the kernel removes it (up to a
+// quarter of a second later): until then the kernel still answers for it.
 func (d *SplitDetector) configured() []string {
 	var on []string
 	for _, n := range d.nodes {
@@ -346,6 +349,55 @@ func (d *SplitDetector) Err() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return errors.Join(d.errs...)
+}
+
+// SplitTime is how long more than one node answered for the address, in
+// either way, over the watch so far: the union of the episodes, each
+// sample counting for the interval it closes (a one-sample split counts
+// SampleInterval). Episodes past the first 64 are counted as one sample
+// each, so the figure is a lower bound once Report says "and N more".
+func (d *SplitDetector) SplitTime() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return splitTime(d.splits) + time.Duration(d.dropped)*SampleInterval
+}
+
+// splitTime is the length of the union of the episodes' intervals: a
+// "configured" and a "sending" episode of the same moment count once.
+func splitTime(splits []Split) time.Duration {
+	type span struct{ from, to time.Time }
+	spans := make([]span, 0, len(splits))
+	for _, s := range splits {
+		spans = append(spans, span{s.From.Add(-SampleInterval), s.To})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
+	var total time.Duration
+	var cur span
+	for i, s := range spans {
+		switch {
+		case i == 0:
+			cur = s
+		case !s.from.After(cur.to):
+			if s.to.After(cur.to) {
+				cur.to = s.to
+			}
+		default:
+			total += cur.to.Sub(cur.from)
+			cur = s
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from)
+	}
+	return total
+}
+
+// Episodes is how many splits the detector saw, those past the first 64
+// (which Splits does not list) included.
+func (d *SplitDetector) Episodes() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.splits) + d.dropped
 }
 
 // Senders counts the frames each node (or unknown MAC) sent as the address

@@ -10,6 +10,21 @@
 // whose ENI EC2 says holds the address. It also reports the EC2 calls per
 // failover and kubext's own time: from the controller declaring the node
 // lost to the client's first answer, minus the EC2 calls' latency.
+//
+// The split detector (test/staticip) watches the address through every
+// trial: split_brain_ms is how long two nodes answered for it at once.
+// After the failovers, -stall freezes the lab's kube-apiserver (and then
+// etcd) for that long with the client probing, and reports the longest
+// outage the client saw during the stall and -stall-watch after it
+// (stall_outage_s, stall_etcd_outage_s) and whether the address moved.
+// Before the stalls, -partition isolates the holder's node from all but
+// the client (its link stays up) and reports the client's outage and the
+// time two nodes answered meanwhile (partition_outage_s,
+// partition_split_ms).
+//
+// With -peer keepalived it measures keepalived instead (keepalived.go):
+// the same lab network, probe, kill and split detector, one VRRP instance
+// per node namespace for the address.
 package main
 
 import (
@@ -41,7 +56,28 @@ func main() {
 	renew := flag.Duration("renew-interval", 500*time.Millisecond, "ip-agent --renew-interval")
 	provider := flag.String("provider", "l2", "the pool's provider: l2, or aws (the lab's VPC model)")
 	ec2Latency := flag.Duration("ec2-latency", 300*time.Millisecond, "with -provider aws: latency of every EC2 call")
+	flag.DurationVar(&stallFor, "stall", 5*time.Second, "after the failovers, freeze kube-apiserver, then etcd, this long with the client probing (0: skip)")
+	flag.DurationVar(&stallWatch, "stall-watch", 10*time.Second, "how long the client keeps probing after a stall ends")
+	flag.DurationVar(&restartAfter, "restart-after", 0, "how long a revived node stays on the network before its agent (or keepalived) restarts: a node that does not fence answers for its old address meanwhile")
+	peer := flag.String("peer", "kubext", "what holds the address: kubext, or keepalived (one VRRP instance per node)")
+	flag.StringVar(&keepalivedBin, "keepalived", "/usr/sbin/keepalived", "with -peer keepalived: the keepalived binary")
+	flag.IntVar(&vrrpVersion, "vrrp-version", 2, "with -peer keepalived: VRRP version, 2 or 3")
+	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
+	flag.DurationVar(&partitionFor, "partition", 5*time.Second, "after the failovers, isolate the holder's node from all but the client this long (0: skip)")
+	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
+	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
+	if *peer == "keepalived" {
+		if err := runKeepalived(*trials); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-failover:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *peer != "kubext" {
+		fmt.Fprintln(os.Stderr, "bench-failover: -peer must be kubext or keepalived")
+		os.Exit(2)
+	}
 	if *provider != "l2" && *provider != "aws" {
 		fmt.Fprintln(os.Stderr, "bench-failover: -provider must be l2 or aws")
 		os.Exit(2)
@@ -63,6 +99,10 @@ var (
 	awsMode bool
 	ec2Lat  time.Duration
 )
+
+// stallFor, stallWatch and restartAfter are -stall, -stall-watch and
+// -restart-after.
+var stallFor, stallWatch, restartAfter time.Duration
 
 type bench struct {
 	lab    *lab.Lab
@@ -147,6 +187,28 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		return err
 	}
 	downtimes, err := b.failovers(ctx, trials, addr)
+	var part *partitionResult
+	if err == nil && partitionFor > 0 {
+		var ip *ipv1.IP
+		if ip, err = staticip.WaitIP(ctx, b.c, "bench", 2*time.Minute, func(ip *ipv1.IP) bool { return staticip.Ready(ip) && len(ip.Status.Standbys) > 0 }); err == nil {
+			if _, err = staticip.AskUntil(l.Net.ClientNamespace(), addr, staticip.PodName(ip.Status.Pod), 30*time.Second); err == nil {
+				var r partitionResult
+				r, err = partition(l, splits, addr, ip.Status.Node)
+				part = &r
+			}
+		}
+	}
+	stalls := map[string]stallResult{}
+	if err == nil && stallFor > 0 {
+		for _, comp := range []string{lab.ComponentAPIServer, lab.ComponentEtcd} {
+			r, serr := b.stall(ctx, addr, comp)
+			if serr != nil {
+				err = fmt.Errorf("stall of %s: %w", comp, serr)
+				break
+			}
+			stalls[comp] = r
+		}
+	}
 	if _, derr := splits.Stop(); derr != nil && err == nil {
 		err = derr
 	}
@@ -162,18 +224,29 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), len(downtimes))
 	fmt.Printf("attach latency, pod Ready -> IP Ready (s): p50 %.2f  p99 %.2f  max %.2f  over %d trials\n",
 		stats.Percentile(attaches, 50), stats.Percentile(attaches, 99), slices.Max(attaches), len(attaches))
-	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d\n",
+	for _, comp := range []string{lab.ComponentAPIServer, lab.ComponentEtcd} {
+		if r, ok := stalls[comp]; ok {
+			fmt.Printf("%s frozen %s: %s\n", comp, stallFor, r)
+		}
+	}
+	partFields := ""
+	if part != nil {
+		fmt.Println(part)
+		partFields = part.fields()
+	}
+	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
+	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s%s\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
-		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), len(splits.Splits()))
+		len(downtimes), leaseDuration.Seconds(), renew.Seconds(), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls), partFields)
 	if awsMode {
 		calls, muts := ints(b.ec2Calls), ints(b.mutating)
 		fmt.Printf("EC2 calls per failover: p50 %.0f  max %.0f (mutating: p50 %.0f  max %.0f) at %s per call\n",
 			stats.Percentile(calls, 50), slices.Max(calls), stats.Percentile(muts, 50), slices.Max(muts), ec2Lat)
 		fmt.Printf("kubext's own time per failover, NodeLost -> first answer minus the latency of the EC2 calls in between (s): p50 %.3f  p99 %.3f  max %.3f\n",
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
-		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d\n",
+		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s%s\n",
 			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
-			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), len(splits.Splits()))
+			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls), partFields)
 	}
 	return nil
 }
@@ -287,6 +360,7 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			return nil, err
 		}
 		fmt.Printf("          revived %s at %s\n", node, time.Now().UTC().Format("15:04:05.000"))
+		time.Sleep(restartAfter)
 		if _, err := b.lab.StartIPAgent(ctx, node, b.agents...); err != nil {
 			return nil, err
 		}
