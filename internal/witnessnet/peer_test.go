@@ -1,0 +1,150 @@
+package witnessnet
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kubext/kubext/internal/witness"
+)
+
+// The peers talk over the loopback interface of the test's own process:
+// nothing leaves the machine.
+
+var fast = witness.Timing{ProbeInterval: 10 * time.Millisecond, HoldFor: 60 * time.Millisecond,
+	SilentAfter: 150 * time.Millisecond, FenceSlack: 20 * time.Millisecond, Drift: 1e-3}
+
+type testPeer struct {
+	*Peer
+	addr   netip.AddrPort
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	declared []witness.Hold
+	lost     bool
+}
+
+func start(t *testing.T, node string, key byte, gen witness.Gen) *testPeer {
+	t.Helper()
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codec, err := witness.NewCodec(bytes.Repeat([]byte{key}, witness.MinKeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := &testPeer{addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), done: make(chan struct{})}
+	tp.Peer, err = New(Config{Node: node, Timing: fast, Codec: codec, Conn: conn, Gen: gen,
+		OnDeclared: func(h []witness.Hold) { tp.mu.Lock(); tp.declared = append(tp.declared, h...); tp.mu.Unlock() },
+		OnLost:     func() { tp.mu.Lock(); tp.lost = true; tp.mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tp.cancel = cancel
+	go func() { defer close(tp.done); _ = tp.Run(ctx) }()
+	t.Cleanup(func() { tp.stop(); _ = conn.Close() })
+	return tp
+}
+
+func (tp *testPeer) stop() {
+	tp.cancel()
+	<-tp.done
+}
+
+func (tp *testPeer) declaredHolds() []witness.Hold {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return append([]witness.Hold(nil), tp.declared...)
+}
+
+// eventually polls cond for up to 5 s: these are not timing assertions,
+// only "it happens".
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestPeersVouchAndDeclareOverUDP(t *testing.T) {
+	a, b, c := start(t, "a", 1, 7), start(t, "b", 1, 3), start(t, "c", 1, 4)
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b.addr, "c": c.addr})
+	ws := []string{"b", "c"}
+	eventually(t, "a holds on b's and c's vouches", func() bool { return a.HeldUntil(ws).After(time.Now()) })
+
+	// b goes away: a quorum of two needs both, so a's hold runs out.
+	b.stop()
+	eventually(t, "a's hold lapses without b", func() bool { return !a.HeldUntil(ws).After(time.Now()) })
+
+	// a goes away: c declares it silent, in a's generation.
+	a.stop()
+	eventually(t, "c declares a silent", func() bool {
+		for _, h := range c.declaredHolds() {
+			if h == (witness.Hold{Node: "a", Gen: 7}) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestAPeerWithAnotherKeyCannotVouch(t *testing.T) {
+	a, rogue := start(t, "a", 1, 7), start(t, "b", 2, 3)
+	a.SetWitnesses(map[string]netip.AddrPort{"b": rogue.addr})
+	// Give the rogue time to answer many probes: none may count.
+	time.Sleep(20 * fast.ProbeInterval)
+	if a.HeldUntil([]string{"b"}).After(time.Now()) {
+		t.Fatal("a holds on answers signed with another key")
+	}
+	if got := rogue.declaredHolds(); len(got) != 0 {
+		t.Fatalf("the rogue took a's probes for real ones: %v", got)
+	}
+}
+
+func TestARestartedHolderLearnsItWasDeclaredSilent(t *testing.T) {
+	b := start(t, "b", 1, 3)
+	a := start(t, "a", 1, 7)
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
+	eventually(t, "a holds", func() bool { return a.HeldUntil([]string{"b"}).After(time.Now()) })
+	a.stop()
+	eventually(t, "b declares a/7", func() bool { return len(b.declaredHolds()) > 0 })
+	// The same generation again (a restart that failed to move on) is
+	// refused and told so.
+	again := start(t, "a", 1, 7)
+	again.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
+	eventually(t, "a/7 learns it was declared silent", func() bool {
+		again.mu.Lock()
+		defer again.mu.Unlock()
+		return again.lost
+	})
+	if again.HeldUntil([]string{"b"}).After(time.Now()) {
+		t.Fatal("a declared generation holds again")
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize))
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := New(Config{Node: "a", Codec: codec, Conn: conn, Gen: 1, Timing: witness.Timing{}}); err == nil {
+		t.Error("a zero timing accepted")
+	}
+	if _, err := New(Config{Node: "a", Codec: codec, Conn: conn, Timing: fast}); err == nil {
+		t.Error("generation 0 accepted")
+	}
+}
