@@ -16,7 +16,8 @@ import (
 // (Witness, Holder, MayMove) on its own clock; the test explores, breadth
 // first, every state reachable by any interleaving of:
 //
-//   - real time advancing one tick;
+//   - real time advancing one tick (each node's clock off by up to Drift,
+//     see initial);
 //   - a holder sending a probe; the probe delivered, with its answer, or
 //     lost, at any time after it was sent (any delay, any partition);
 //   - witnesses declaring silence and publishing it at the first tick
@@ -48,7 +49,7 @@ const (
 var names = [nodes]string{"A", "B", "C"}
 
 // defaultModelDepth is the exploration's depth in `make test`.
-const defaultModelDepth = 16
+const defaultModelDepth = 15
 
 // tick is the real time one step advances.
 const tick = 20 * time.Millisecond
@@ -64,7 +65,10 @@ type mclaim struct {
 }
 
 type mnode struct {
-	rate     time.Duration // local time per tick
+	rate time.Duration // local time per tick
+	// timing is the node's durations in real time: its clock's rate
+	// error scales every duration it measures (see initial).
+	timing   Timing
 	now      time.Duration // local clock
 	up       bool          // process running
 	frozen   bool
@@ -170,12 +174,27 @@ func (t *trail) path() []string {
 
 func (m model) initial() []*state {
 	var out []*state
-	s := &state{probes: map[[2]int]msg{}, b: m.budget}
-	for i := range s.n {
-		s.n[i] = mnode{rate: tick, up: true, restored: true, gen: 1, w: NewWitness(m.timing, nil), h: NewHolder(m.timing, 1)}
+	// A clock that runs at rate r measures every duration d as d/r of
+	// real time; since no duration is ever measured by two processes,
+	// that is all a rate error does. So the model keeps one clock and
+	// scales each node's durations: by 1/(1-Drift) for a slow clock, by
+	// 1/(1+Drift) for a fast one. The first holder, A, runs slow (the
+	// worst case for its hold); B and C, which witness it and may hold
+	// after it, run at either rate.
+	slow, fast := m.timing.scaled(1/(1-m.timing.Drift)), m.timing.scaled(1/(1+m.timing.Drift))
+	for mask := range 1 << (nodes - 1) {
+		s := &state{probes: map[[2]int]msg{}, b: m.budget}
+		for i := range s.n {
+			tm := slow
+			if i > 0 && mask&(1<<(i-1)) != 0 {
+				tm = fast
+			}
+			s.n[i] = mnode{rate: tick, timing: tm, up: true, restored: true, gen: 1, w: NewWitness(tm, nil), h: NewHolder(tm, 1)}
+		}
+		s.api = mapi{up: true, node: nA, ws: []int{nB, nC}}
+		out = append(out, s)
 	}
-	s.api = mapi{up: true, node: nA, ws: []int{nB, nC}}
-	return append(out, s)
+	return out
 }
 
 // run explores breadth first every state reachable in at most m.depth
@@ -260,14 +279,14 @@ func (m model) extend(n *mnode) {
 		return
 	}
 	if until := n.h.HeldUntil(wsNames(n.claim.ws)); until.After(n.t()) {
-		d := until.Sub(epoch) + m.timing.FenceSlack
+		d := until.Sub(epoch) + n.timing.FenceSlack
 		n.deadline = max(n.deadline, d)
 	}
 }
 
 // fence stops the node answering, which may take FenceSlack.
 func (m model) fence(n *mnode) {
-	n.deadline = min(n.deadline, n.now+m.timing.FenceSlack)
+	n.deadline = min(n.deadline, n.now+n.timing.FenceSlack)
 }
 
 func (m model) actions(s *state) []action {
@@ -322,7 +341,7 @@ func (m model) actions(s *state) []action {
 			}
 			if !n.restored {
 				out = append(out, action{name + " restores", func(s *state) {
-					s.n[i].w = NewWitness(m.timing, s.api.published[i])
+					s.n[i].w = NewWitness(s.n[i].timing, s.api.published[i])
 					s.n[i].restored = true
 				}})
 			}
@@ -344,7 +363,7 @@ func (m model) actions(s *state) []action {
 			out = append(out, action{name + " restarts", func(s *state) {
 				n := &s.n[i]
 				n.up, n.restored, n.gen = true, false, n.gen+1
-				n.h = NewHolder(m.timing, n.gen)
+				n.h = NewHolder(n.timing, n.gen)
 				s.b.gens--
 			}})
 		}
@@ -370,7 +389,7 @@ func (m model) actions(s *state) []action {
 					m.fence(h)
 					if s.b.gens > 0 {
 						h.gen++
-						h.h = NewHolder(m.timing, h.gen)
+						h.h = NewHolder(h.timing, h.gen)
 						s.b.gens--
 					}
 					return
@@ -467,14 +486,14 @@ func (m model) key(s *state) string {
 	}
 	for i := range s.n {
 		n := &s.n[i]
-		fmt.Fprintf(&b, "%s r%d u%t f%t rs%t g%d d%d|", names[i], n.rate, n.up, n.frozen, n.restored, n.gen, max(n.deadline-n.now, 0))
+		fmt.Fprintf(&b, "%s r%d u%t f%t rs%t g%d d%d|", names[i], n.timing.HoldFor, n.up, n.frozen, n.restored, n.gen, max(n.deadline-n.now, 0))
 		if n.claim != nil {
 			fmt.Fprintf(&b, "c%d%v|", n.claim.gen, n.claim.ws)
 		}
 		if n.w != nil {
 			for _, node := range slices.Sorted(maps.Keys(n.w.heard)) {
 				h := n.w.heard[node]
-				fmt.Fprintf(&b, "h%s%d@%d ", node, h.gen, age(n.now, h.last, m.timing.SilentAfter))
+				fmt.Fprintf(&b, "h%s%d@%d ", node, h.gen, age(n.now, h.last, n.timing.SilentAfter))
 			}
 			for _, node := range slices.Sorted(maps.Keys(n.w.declared)) {
 				fmt.Fprintf(&b, "x%s%d ", node, n.w.declared[node])
@@ -484,7 +503,7 @@ func (m model) key(s *state) string {
 			fmt.Fprintf(&b, "H%d l%t ", n.h.gen, n.h.lost)
 			for _, w := range slices.Sorted(maps.Keys(n.h.vouched)) {
 				// A vouch HoldFor old holds nothing any more.
-				if a := age(n.now, n.h.vouched[w], m.timing.HoldFor); a < m.timing.HoldFor {
+				if a := age(n.now, n.h.vouched[w], n.timing.HoldFor); a < n.timing.HoldFor {
 					fmt.Fprintf(&b, "v%s@%d ", w, a)
 				}
 			}
@@ -512,8 +531,8 @@ func (m model) key(s *state) string {
 			return "gone"
 		}
 		// A vouch for a probe HoldFor old holds nothing.
-		a := age(s.n[holder].now, p.at, m.timing.HoldFor)
-		if a >= m.timing.HoldFor {
+		a := age(s.n[holder].now, p.at, s.n[holder].timing.HoldFor)
+		if a >= s.n[holder].timing.HoldFor {
 			return "gone"
 		}
 		return fmt.Sprintf("%s@%d", p.to, a)
@@ -525,14 +544,18 @@ func (m model) key(s *state) string {
 	return b.String()
 }
 
-// modelTiming is coarse (ticks of 20 ms), and its clocks run at one rate:
-// clocks at different rates multiply the ages a state can hold past what
-// an exhaustive search can visit. Rate errors are in the inequality
-// Timing.Validate checks (TestTimingDriftMargin), which the model's
-// timing meets with Drift 0 and the unsafe one misses by a tick.
+// modelTiming is coarse (ticks of 20 ms) and its clocks' rate error
+// exaggerated (5 %) so that the exploration stays small and rate errors
+// cross tick boundaries.
 func modelTiming(silentAfter time.Duration) Timing {
 	return Timing{ProbeInterval: 20 * time.Millisecond, HoldFor: 40 * time.Millisecond, SilentAfter: silentAfter,
-		FenceSlack: 20 * time.Millisecond}
+		FenceSlack: 20 * time.Millisecond, Drift: 0.05}
+}
+
+// scaled is t with every duration multiplied by f.
+func (t Timing) scaled(f float64) Timing {
+	sc := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	return Timing{ProbeInterval: sc(t.ProbeInterval), HoldFor: sc(t.HoldFor), SilentAfter: sc(t.SilentAfter), FenceSlack: sc(t.FenceSlack)}
 }
 
 func TestModelNoTwoNodesAnswer(t *testing.T) {
@@ -562,19 +585,28 @@ func TestModelNoTwoNodesAnswer(t *testing.T) {
 	}
 }
 
-// TestModelFindsTheSplitWhenTimingIsUnsafe shows the model can fail: with
-// SilentAfter one tick short of HoldFor + FenceSlack, the holder still
-// answers when the witnesses declare it silent.
+// TestModelFindsTheSplitWhenTimingIsUnsafe shows the model can fail, on
+// each side of the inequality: with SilentAfter one tick short of
+// HoldFor + FenceSlack, and with a SilentAfter that would be safe if
+// clocks kept time but leaves no margin for their rate error (a slow
+// holder answers until 63 ms, a fast witness declares at 59 ms).
 func TestModelFindsTheSplitWhenTimingIsUnsafe(t *testing.T) {
-	tm := modelTiming(40 * time.Millisecond)
-	if tm.Safe() {
-		t.Fatal("the unsafe timing passes Safe")
+	for name, silentAfter := range map[string]time.Duration{
+		"short by a tick":     40 * time.Millisecond,
+		"no margin for drift": 62 * time.Millisecond,
+	} {
+		t.Run(name, func(t *testing.T) {
+			tm := modelTiming(silentAfter)
+			if tm.Safe() {
+				t.Fatal("the unsafe timing passes Safe")
+			}
+			bad, _ := model{timing: tm, budget: budget{moves: 1, gens: 1}, depth: modelDepth(t)}.run(t)
+			if bad == nil {
+				t.Fatal("the model found no split with an unsafe timing: it cannot fail")
+			}
+			t.Logf("split found, as expected, after:\n  %s", strings.Join(bad.path(), "\n  "))
+		})
 	}
-	bad, _ := model{timing: tm, budget: budget{moves: 1, gens: 1}, depth: modelDepth(t)}.run(t)
-	if bad == nil {
-		t.Fatal("the model found no split with an unsafe timing: it cannot fail")
-	}
-	t.Logf("split found, as expected, after:\n  %s", strings.Join(bad.path(), "\n  "))
 }
 
 // modelDepth is how many actions the exploration follows from the start:
