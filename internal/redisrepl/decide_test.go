@@ -25,6 +25,8 @@ func down(i int) Observation { return Observation{Member: member(i), Err: errRef
 
 func leaving(o Observation) Observation { o.Leaving = true; return o }
 
+func drained(o Observation) Observation { o.Draining = "node n1 is cordoned"; return o }
+
 func member(i int) Member { return Member{Name: fmt.Sprintf("m%d", i), Addr: addr(i)} }
 
 func addr(i int) string { return fmt.Sprintf("a%d:6379", i) }
@@ -128,6 +130,32 @@ func TestDecide(t *testing.T) {
 			preferred: "m1", primary: "m1", change: Elected,
 			why: "primary m1 is being removed; m1 is primary",
 		},
+		"the primary's node is drained: it hands over to the linked staying replica with the most data": {
+			obs:       []Observation{replica(0, 2, true, 40), drained(replica(1, 2, true, 50)), drained(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			actions: []Action{{Kind: Handover, Member: "m2", Addr: addr(2), Primary: addr(0)}},
+			why:     "primary m2 is about to be evicted (node n1 is cordoned); handing over to m0 once it has caught up",
+		},
+		"the primary's node is drained, no replica caught up: it stays primary until one has": {
+			obs:       []Observation{replica(0, 1, false, 40), replica(1, 2, false, 10), drained(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: Kept, actions: []Action{follow(0, 2)},
+			why: "primary m2 is about to be evicted (node n1 is cordoned); it hands over once a replica has caught up",
+		},
+		"a drained primary restarted empty is not kept": {
+			obs:       []Observation{replica(0, 2, false, 40), drained(primary(2, 0))},
+			preferred: "m2", primary: "m0", change: Promoted, actions: []Action{promote(0), follow(2, 0)},
+			why: "primary m2 restarted without its data (replication offset 0); promoting m0, the replica with the most data (replication offset 40)",
+		},
+		"the primary is gone and only a drained replica answers: it is promoted, not lost": {
+			obs:       []Observation{down(0), drained(replica(1, 0, false, 50)), leaving(replica(2, 0, false, 60))},
+			preferred: "m0", primary: "m1", change: Promoted, actions: []Action{promote(1), follow(2, 1)},
+			why: "primary m0 is gone (connection refused) and no replica is connected to it; promoting m1, the replica with the most data (replication offset 50)",
+		},
+		"a drained replica is not promoted while a staying one answers": {
+			obs:       []Observation{down(0), drained(replica(1, 0, false, 90)), replica(2, 0, false, 60)},
+			preferred: "m0", primary: "m2", change: Promoted, actions: []Action{promote(2), follow(1, 2)},
+			why: "primary m0 is gone (connection refused) and no replica is connected to it; promoting m2, the replica with the most data (replication offset 60)",
+		},
 		"nothing reachable: primary lost, nothing done": {
 			obs:       []Observation{down(0), down(1), {Member: Member{Name: "m2"}}},
 			preferred: "m0", change: Lost,
@@ -179,6 +207,9 @@ func FuzzDecide(f *testing.F) {
 				o.State = State{Role: RoleReplica, PrimaryAddr: addr(of), LinkUp: flags&8 != 0, Offset: offset}
 			}
 			o.Leaving = flags&16 != 0
+			if flags&32 != 0 {
+				o.Draining = "cordoned"
+			}
 			obs[i] = o
 		}
 
@@ -191,10 +222,14 @@ func FuzzDecide(f *testing.F) {
 			if i < 0 || !after[i].Reachable() {
 				t.Fatalf("action on a member that cannot be reached: %v", a)
 			}
-			if a.Kind == Promote {
+			switch a.Kind {
+			case Handover:
+				// The primary stays primary until its replica has caught
+				// up; the swap happens after the plan.
+			case Promote:
 				promotions++
 				after[i].State = State{Role: RolePrimary}
-			} else {
+			default:
 				after[i].State = State{Role: RoleReplica, PrimaryAddr: a.Primary}
 			}
 		}
