@@ -23,9 +23,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
@@ -164,6 +167,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToRedis)).
+		// A cordon (a drain's first step) makes a primary there hand over
+		// before its eviction.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToRedis),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				DeleteFunc:  func(event.DeleteEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+				UpdateFunc: func(e event.UpdateEvent) bool {
+					before, ok1 := e.ObjectOld.(*corev1.Node)
+					after, ok2 := e.ObjectNew.(*corev1.Node)
+					return ok1 && ok2 && before.Spec.Unschedulable != after.Spec.Unschedulable
+				},
+			})).
 		// Each reconcile may wait up to a dial timeout on members that do
 		// not answer; several at once keep one slow Redis from delaying
 		// the others.
@@ -178,6 +194,25 @@ func podToRedis(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// nodeToRedis maps a node to the Redises with a member pod on it.
+func (r *Reconciler) nodeToRedis(ctx context.Context, o client.Object) []reconcile.Request {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.HasLabels{cachev1.LabelRedis}); err != nil {
+		return nil
+	}
+	seen := map[client.ObjectKey]bool{}
+	var out []reconcile.Request
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		key := client.ObjectKey{Namespace: p.Namespace, Name: p.Labels[cachev1.LabelRedis]}
+		if p.Spec.NodeName == o.GetName() && !seen[key] {
+			seen[key] = true
+			out = append(out, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return out
 }
 
 var _ reconcile.Reconciler = &Reconciler{}

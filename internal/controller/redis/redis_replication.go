@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,6 +30,9 @@ func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis
 		return err
 	}
 	members, podByName := membersOf(rd, pods.Items)
+	if err := r.markDraining(ctx, members, podByName); err != nil {
+		return err
+	}
 	previous := rd.Status.Primary
 	res := redisrepl.Reconcile(ctx, r.Connect(password), members, previous)
 	r.recordChanges(rd, res)
@@ -68,6 +72,31 @@ func membersOf(rd *cachev1.Redis, pods []corev1.Pod) ([]redisrepl.Member, map[st
 		members = append(members, redisrepl.Member{Name: name, Addr: addrOf(podByName[name]), Leaving: true})
 	}
 	return members, podByName
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// markDraining marks the members whose node is cordoned (spec.unschedulable,
+// as a drain does first, kubext's reboots included): a primary there hands
+// over before the drain can evict it (see desiredPDBs).
+func (r *Reconciler) markDraining(ctx context.Context, members []redisrepl.Member, podByName map[string]*corev1.Pod) error {
+	for i := range members {
+		p := podByName[members[i].Name]
+		if p == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading node %s of pod %s: %w", p.Spec.NodeName, p.Name, err)
+		}
+		if node.Spec.Unschedulable {
+			members[i].Draining = fmt.Sprintf("node %s is cordoned", node.Name)
+		}
+	}
+	return nil
 }
 
 // addrOf is where a member's Redis listens: empty while its pod does not
