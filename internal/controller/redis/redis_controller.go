@@ -92,8 +92,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.reconcileReplication(ctx, rd, password); err != nil {
+	handingOver, err := r.reconcileReplication(ctx, rd, password)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if handingOver {
+		// Clients' writes are held or refused until the role label has
+		// moved to the new primary: see the swap as soon as it is done.
+		return ctrl.Result{RequeueAfter: handoverPoll}, nil
 	}
 	if rd.Status.Primary != "" || meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
 		// Nothing in the API tells of a change inside Redis (a primary's
@@ -109,6 +115,9 @@ const (
 	// observeEvery is how often the members of a Redis that has a primary
 	// are observed again: one INFO per member.
 	observeEvery = time.Second
+	// handoverPoll is how often the members are observed during a
+	// planned handover (FAILOVER), whose end moves the primary label.
+	handoverPoll = 100 * time.Millisecond
 	// resync bounds the back-off of a Redis that has no primary.
 	resync = 30 * time.Second
 	// nameTakenRetry is how often a Redis whose object names are taken by

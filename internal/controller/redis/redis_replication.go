@@ -23,25 +23,25 @@ import (
 // reconcileReplication observes the members' Redis, has redisrepl make one
 // primary and the others replicas of it, labels the pods with their role
 // and reports it all in the status. Members it cannot reach are reported,
-// not waited for.
-func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) error {
+// not waited for. It reports whether the primary is handing over.
+func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) (handingOver bool, err error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(rd.Namespace), client.MatchingLabels(selector(rd))); err != nil {
-		return err
+		return false, err
 	}
 	members, podByName := membersOf(rd, pods.Items)
 	if err := r.markDraining(ctx, members, podByName); err != nil {
-		return err
+		return false, err
 	}
 	previous := rd.Status.Primary
 	res := redisrepl.Reconcile(ctx, r.Connect(password), members, previous)
 	r.recordChanges(rd, res)
 	states := memberStates(res)
 	if err := r.labelPods(ctx, podByName, states); err != nil {
-		return err
+		return false, err
 	}
 	observeReplication(rd, res, states, previous)
-	return res.Err
+	return res.Plan.Change == redisrepl.HandingOver, res.Err
 }
 
 // membersOf lists the members: pods 0 to size-1, which may not exist yet,
