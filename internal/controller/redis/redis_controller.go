@@ -17,8 +17,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -34,6 +32,7 @@ import (
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
 	"github.com/kubext/kubext/internal/ownedapply"
 	"github.com/kubext/kubext/internal/redisrepl"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // Reconciler reconciles Redis objects.
@@ -67,12 +66,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 
-	orig := rd.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, orig, rd, reterr); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
-	}()
+	status := statuspatch.New(r.Client, rd, statusFields)
+	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, rd, reterr)) }()
 	sts, err := r.reconcileObjects(ctx, rd)
 	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change, and its deletion is no event for this
@@ -136,22 +131,9 @@ func retryAfter(rd *cachev1.Redis) time.Duration {
 	return min(max(since/2, time.Second), resync)
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from. observedGeneration moves
-// on when the reconcile finished with this generation: it succeeded, or the
-// spec was refused for good.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, rd *cachev1.Redis, reconcileErr error) error {
-	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
-		rd.Status.ObservedGeneration = rd.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, rd.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, rd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where a Redis keeps the status statuspatch writes.
+func statusFields(rd *cachev1.Redis) (any, *int64) {
+	return rd.Status, &rd.Status.ObservedGeneration
 }
 
 func setCondition(rd *cachev1.Redis, typ string, status metav1.ConditionStatus, reason, format string, args ...any) {
