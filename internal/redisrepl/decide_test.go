@@ -278,28 +278,38 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestParseInfo(t *testing.T) {
+func TestReplicationState(t *testing.T) {
 	g := NewWithT(t)
-	s, err := ParseInfo("# Replication\r\nrole:slave\r\nmaster_host:10.0.0.5\r\nmaster_port:6379\r\nmaster_link_status:up\r\n" +
-		"slave_repl_offset:1234\r\nmaster_repl_offset:1300\r\n")
+	s, err := replicationState(map[string]string{"role": "slave", "master_host": "10.0.0.5", "master_port": "6379",
+		"master_link_status": "up", "slave_repl_offset": "1234", "master_repl_offset": "1300"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RoleReplica, PrimaryAddr: "10.0.0.5:6379", LinkUp: true, Offset: 1234}))
-	s, err = ParseInfo("# Replication\nrole:master\nconnected_slaves:0\nmaster_repl_offset:77\n")
+	s, err = replicationState(map[string]string{"role": "master", "connected_slaves": "0", "master_repl_offset": "77"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RolePrimary, Offset: 77}))
+	s, err = replicationState(map[string]string{"role": "master", "master_repl_offset": "77", "master_failover_state": "waiting-for-sync"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.FailingOver).To(BeTrue())
 	// A replica that never synced holds nothing.
-	s, err = ParseInfo("role:slave\nmaster_host:127.0.0.1\nmaster_port:1\nmaster_link_status:down\nslave_repl_offset:1\nmaster_repl_offset:0\n")
+	s, err = replicationState(map[string]string{"role": "slave", "master_host": "127.0.0.1", "master_port": "1",
+		"master_link_status": "down", "slave_repl_offset": "1", "master_repl_offset": "0"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Offset).To(BeZero())
 	// A primary silent for longer than MaxLinkSilence: the link is down.
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:2\nslave_repl_offset:9\n")
+	replica := func(silence string) map[string]string {
+		return map[string]string{"role": "slave", "master_host": "10.0.0.5", "master_port": "6379",
+			"master_link_status": "up", "master_last_io_seconds_ago": silence, "slave_repl_offset": "9"}
+	}
+	s, err = replicationState(replica("2"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeFalse())
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:1\nslave_repl_offset:9\n")
+	s, err = replicationState(replica("1"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeTrue())
-	_, err = ParseInfo("role:sentinel\n")
+	_, err = replicationState(map[string]string{"role": "sentinel"})
 	g.Expect(err).To(MatchError(`INFO replication: unknown role "sentinel"`))
-	_, err = ParseInfo("role:master\n")
+	_, err = replicationState(map[string]string{"role": "master"})
 	g.Expect(err).To(MatchError(ContainSubstring("master_repl_offset")))
+	_, err = replicationState(nil)
+	g.Expect(err).To(HaveOccurred(), "no Replication section")
 }
