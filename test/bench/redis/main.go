@@ -213,6 +213,13 @@ func (b *bench) killNode(ctx context.Context, primary corev1.Pod) (func() error,
 		return nil, err
 	}
 	return func() error {
+		// The node stays lost until a replica has been promoted: revived
+		// at once, its member's restarted process would refuse the
+		// replicas' links and tell them of the loss long before 2 s of
+		// silence do (the short node-loss gaps of earlier runs).
+		if err := b.promotedFrom(ctx, primary.Name); err != nil {
+			return err
+		}
 		if err := b.lab.ReviveNode(ctx, node); err != nil {
 			return err
 		}
@@ -281,6 +288,17 @@ func (b *bench) reboot(ctx context.Context, primary corev1.Pod) (func() error, e
 			return n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID && !n.Spec.Unschedulable && !busy, nil
 		})
 	}, nil
+}
+
+// promotedFrom waits until the Redis names a primary other than old.
+func (b *bench) promotedFrom(ctx context.Context, old string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		rd := &cachev1.Redis{}
+		if err := b.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rd); err != nil {
+			return false, nil //nolint:nilerr // retried
+		}
+		return rd.Status.Primary != "" && rd.Status.Primary != old, nil
+	})
 }
 
 func (b *bench) setSize(ctx context.Context, n int) error {
