@@ -13,7 +13,7 @@ import (
 )
 
 // redisScenario: the seed's Redis operator. The sample becomes a
-// StatefulSet, three Services and a PodDisruptionBudget; bad input is
+// StatefulSet, three Services and two PodDisruptionBudgets; bad input is
 // refused; the seed's `kubectl patch ... size: 4` scales it; a hand edit of
 // the StatefulSet is put back; then, on the lab network, real redis-server
 // processes replicate and survive the loss of the primary's node.
