@@ -29,6 +29,22 @@ type Member struct {
 	// Leaving marks a member being removed (scale down): it is not made
 	// primary while another member can be.
 	Leaving bool
+	// Draining says why the member is about to be evicted (its node is
+	// cordoned for a drain, e.g. a planned reboot); empty otherwise. Like a
+	// Leaving member it is not made primary while another member can be,
+	// and a primary that is Draining hands over, but it stays a member.
+	Draining string
+}
+
+// departing reports whether the member is going away: removed or drained.
+func (m Member) departing() bool { return m.Leaving || m.Draining != "" }
+
+// goingWhy says, after the member's name, why it is going away.
+func (m Member) goingWhy() string {
+	if m.Draining != "" && !m.Leaving {
+		return "is about to be evicted (" + m.Draining + ")"
+	}
+	return "is being removed"
 }
 
 // State is what a member reports about its replication.
@@ -133,12 +149,14 @@ type Plan struct {
 //     primary, or replicas that answer have their link up to it;
 //  2. another live primary: the one most replicas follow, then the one with
 //     the most data, then the first given;
-//  3. the reachable replica with the most data (highest offset), promoted;
+//  3. the reachable replica with the most data (highest offset), promoted
+//     (a Draining one only when no staying one is reachable);
 //  4. a leaving primary, when no other member can be primary.
 //
 // A primary no replica follows while a replica holds more data than it has
 // restarted empty: it is not chosen, so that its replicas do not copy its
-// empty data set. Members that are Leaving are chosen only by rule 4. After
+// empty data set. Members that are Leaving or Draining are chosen only by
+// rule 4. After
 // the actions no reachable member but the chosen one is a primary.
 func Decide(obs []Observation, preferred string) Plan {
 	byAddr := map[string]int{}
@@ -157,6 +175,7 @@ func Decide(obs []Observation, preferred string) Plan {
 		if j, ok := byAddr[o.State.PrimaryAddr]; ok && o.State.LinkUp {
 			linked[j]++
 		}
+		// A drained replica still holds its data (a removed one will not).
 		if !o.Leaving {
 			mostData = max(mostData, o.State.Offset)
 		}
@@ -170,14 +189,20 @@ func Decide(obs []Observation, preferred string) Plan {
 	restartedEmpty := func(i int) bool {
 		return obs[i].Reachable() && linked[i] == 0 && obs[i].State.Offset < mostData
 	}
-	candidate := func(i int) bool { return alive(i) && !obs[i].Leaving && !restartedEmpty(i) }
+	candidate := func(i int) bool { return alive(i) && !obs[i].departing() && !restartedEmpty(i) }
 
 	if plan, ok := handover(obs, preferred); ok {
 		return plan
 	}
 	pick, change := -1, Kept
-	if i := indexOf(obs, preferred); i >= 0 && candidate(i) {
-		pick = i
+	// A drained primary that had no caught-up replica to hand over to
+	// stays primary meanwhile: promoting a replica behind its back would
+	// lose what the replica has not received, and its eviction waits for
+	// the handover (the Redis's PodDisruptionBudget of its primary).
+	drainedWaits := false
+	if i := indexOf(obs, preferred); i >= 0 && (candidate(i) ||
+		alive(i) && !obs[i].Leaving && obs[i].Draining != "" && !restartedEmpty(i)) {
+		pick, drainedWaits = i, !candidate(i)
 	}
 	if pick < 0 {
 		change = Elected
@@ -190,10 +215,20 @@ func Decide(obs []Observation, preferred string) Plan {
 	}
 	if pick < 0 {
 		change = Promoted
-		for i, o := range obs {
-			if o.Reachable() && o.State.Role == RoleReplica && !o.Leaving &&
-				(pick < 0 || o.State.Offset > obs[pick].State.Offset) {
-				pick = i
+		// A staying replica first; else a drained one, which is still
+		// there until its eviction (a removed one never is promoted).
+		for _, ok := range []func(Observation) bool{
+			func(o Observation) bool { return !o.departing() },
+			func(o Observation) bool { return !o.Leaving },
+		} {
+			for i, o := range obs {
+				if o.Reachable() && o.State.Role == RoleReplica && ok(o) &&
+					(pick < 0 || o.State.Offset > obs[pick].State.Offset) {
+					pick = i
+				}
+			}
+			if pick >= 0 {
+				break
 			}
 		}
 	}
@@ -215,40 +250,55 @@ func Decide(obs []Observation, preferred string) Plan {
 	if change != Kept {
 		plan.Why = changeWhy(obs, preferred, pick, change, restartedEmpty)
 	}
+	if drainedWaits {
+		plan.Why = fmt.Sprintf("primary %s %s; it hands over once a replica has caught up", p.Name, p.goingWhy())
+	}
 	if p.Reachable() && p.State.Role == RoleReplica {
 		plan.Actions = append(plan.Actions, Action{Kind: Promote, Member: p.Name, Addr: p.Addr})
 	}
+	plan.Actions = append(plan.Actions, repoint(obs, pick)...)
+	return plan
+}
+
+// repoint makes every other reachable member replicate from obs[pick]: the
+// other primaries, and the replicas of anything else.
+func repoint(obs []Observation, pick int) []Action {
+	var out []Action
+	p := obs[pick]
 	for i, o := range obs {
 		if i == pick || !o.Reachable() {
 			continue
 		}
 		if o.State.Role == RolePrimary || o.State.PrimaryAddr != p.Addr {
-			plan.Actions = append(plan.Actions, Action{Kind: Follow, Member: o.Name, Addr: o.Addr, Primary: p.Addr})
+			out = append(out, Action{Kind: Follow, Member: o.Name, Addr: o.Addr, Primary: p.Addr})
 		}
 	}
-	return plan
+	return out
 }
 
 // handover plans the planned switchover of a primary being removed (scale
-// down): while it answers as primary and a staying replica has its link up
+// down) or drained (its node cordoned, e.g. for a reboot): while it answers as primary and a staying replica has its link up
 // to it, it hands over to the one with the most data (FAILOVER waits for
 // that replica to catch up, then swaps their roles), instead of a replica
 // being promoted behind its back, which would lose the writes the replica
 // had not received yet.
 func handover(obs []Observation, preferred string) (Plan, bool) {
 	i := indexOf(obs, preferred)
-	if i < 0 || !obs[i].Leaving || !obs[i].Reachable() || obs[i].State.Role != RolePrimary {
+	if i < 0 || !obs[i].departing() || !obs[i].Reachable() || obs[i].State.Role != RolePrimary {
 		return Plan{}, false
 	}
 	p := obs[i]
 	plan := Plan{Primary: p.Name, PrimaryAddr: p.Addr, Change: HandingOver}
+	// Members that follow something else (another primary, e.g. one that
+	// restarted) are repointed first, as outside a handover.
+	plan.Actions = repoint(obs, i)
 	if p.State.FailingOver {
-		plan.Why = fmt.Sprintf("primary %s is being removed and is handing over", p.Name)
+		plan.Why = fmt.Sprintf("primary %s %s and is handing over", p.Name, p.goingWhy())
 		return plan, true
 	}
 	to := -1
 	for j, o := range obs {
-		if o.Reachable() && !o.Leaving && o.State.Role == RoleReplica && o.State.PrimaryAddr == p.Addr && o.State.LinkUp &&
+		if o.Reachable() && !o.departing() && o.State.Role == RoleReplica && o.State.PrimaryAddr == p.Addr && o.State.LinkUp &&
 			(to < 0 || o.State.Offset > obs[to].State.Offset) {
 			to = j
 		}
@@ -256,8 +306,8 @@ func handover(obs []Observation, preferred string) (Plan, bool) {
 	if to < 0 {
 		return Plan{}, false
 	}
-	plan.Why = fmt.Sprintf("primary %s is being removed; handing over to %s once it has caught up", p.Name, obs[to].Name)
-	plan.Actions = []Action{{Kind: Handover, Member: p.Name, Addr: p.Addr, Primary: obs[to].Addr}}
+	plan.Why = fmt.Sprintf("primary %s %s; handing over to %s once it has caught up", p.Name, p.goingWhy(), obs[to].Name)
+	plan.Actions = append(plan.Actions, Action{Kind: Handover, Member: p.Name, Addr: p.Addr, Primary: obs[to].Addr})
 	return plan, true
 }
 
@@ -279,10 +329,10 @@ func changeWhy(obs []Observation, preferred string, pick int, change Change, res
 		before = "there was no primary"
 	case i < 0:
 		before = fmt.Sprintf("primary %s is no longer a member", preferred)
-	case obs[i].Leaving:
-		before = fmt.Sprintf("primary %s is being removed", preferred)
 	case restartedEmpty(i):
 		before = fmt.Sprintf("primary %s restarted without its data (replication offset %d)", preferred, obs[i].State.Offset)
+	case obs[i].departing():
+		before = fmt.Sprintf("primary %s %s", preferred, obs[i].goingWhy())
 	case obs[i].Reachable():
 		before = fmt.Sprintf("%s is not primary", preferred)
 	default:

@@ -25,6 +25,8 @@ func down(i int) Observation { return Observation{Member: member(i), Err: errRef
 
 func leaving(o Observation) Observation { o.Leaving = true; return o }
 
+func drained(o Observation) Observation { o.Draining = "node n1 is cordoned"; return o }
+
 func member(i int) Member { return Member{Name: fmt.Sprintf("m%d", i), Addr: addr(i)} }
 
 func addr(i int) string { return fmt.Sprintf("a%d:6379", i) }
@@ -128,6 +130,32 @@ func TestDecide(t *testing.T) {
 			preferred: "m1", primary: "m1", change: Elected,
 			why: "primary m1 is being removed; m1 is primary",
 		},
+		"the primary's node is drained: it hands over to the linked staying replica with the most data": {
+			obs:       []Observation{replica(0, 2, true, 40), drained(replica(1, 2, true, 50)), drained(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: HandingOver,
+			actions: []Action{{Kind: Handover, Member: "m2", Addr: addr(2), Primary: addr(0)}},
+			why:     "primary m2 is about to be evicted (node n1 is cordoned); handing over to m0 once it has caught up",
+		},
+		"the primary's node is drained, no replica caught up: it stays primary until one has": {
+			obs:       []Observation{replica(0, 1, false, 40), replica(1, 2, false, 10), drained(primary(2, 50))},
+			preferred: "m2", primary: "m2", change: Kept, actions: []Action{follow(0, 2)},
+			why: "primary m2 is about to be evicted (node n1 is cordoned); it hands over once a replica has caught up",
+		},
+		"a drained primary restarted empty is not kept": {
+			obs:       []Observation{replica(0, 2, false, 40), drained(primary(2, 0))},
+			preferred: "m2", primary: "m0", change: Promoted, actions: []Action{promote(0), follow(2, 0)},
+			why: "primary m2 restarted without its data (replication offset 0); promoting m0, the replica with the most data (replication offset 40)",
+		},
+		"the primary is gone and only a drained replica answers: it is promoted, not lost": {
+			obs:       []Observation{down(0), drained(replica(1, 0, false, 50)), leaving(replica(2, 0, false, 60))},
+			preferred: "m0", primary: "m1", change: Promoted, actions: []Action{promote(1), follow(2, 1)},
+			why: "primary m0 is gone (connection refused) and no replica is connected to it; promoting m1, the replica with the most data (replication offset 50)",
+		},
+		"a drained replica is not promoted while a staying one answers": {
+			obs:       []Observation{down(0), drained(replica(1, 0, false, 90)), replica(2, 0, false, 60)},
+			preferred: "m0", primary: "m2", change: Promoted, actions: []Action{promote(2), follow(1, 2)},
+			why: "primary m0 is gone (connection refused) and no replica is connected to it; promoting m2, the replica with the most data (replication offset 60)",
+		},
 		"nothing reachable: primary lost, nothing done": {
 			obs:       []Observation{down(0), down(1), {Member: Member{Name: "m2"}}},
 			preferred: "m0", change: Lost,
@@ -179,6 +207,9 @@ func FuzzDecide(f *testing.F) {
 				o.State = State{Role: RoleReplica, PrimaryAddr: addr(of), LinkUp: flags&8 != 0, Offset: offset}
 			}
 			o.Leaving = flags&16 != 0
+			if flags&32 != 0 {
+				o.Draining = "cordoned"
+			}
 			obs[i] = o
 		}
 
@@ -191,10 +222,14 @@ func FuzzDecide(f *testing.F) {
 			if i < 0 || !after[i].Reachable() {
 				t.Fatalf("action on a member that cannot be reached: %v", a)
 			}
-			if a.Kind == Promote {
+			switch a.Kind {
+			case Handover:
+				// The primary stays primary until its replica has caught
+				// up; the swap happens after the plan.
+			case Promote:
 				promotions++
 				after[i].State = State{Role: RolePrimary}
-			} else {
+			default:
 				after[i].State = State{Role: RoleReplica, PrimaryAddr: a.Primary}
 			}
 		}
@@ -243,28 +278,38 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestParseInfo(t *testing.T) {
+func TestReplicationState(t *testing.T) {
 	g := NewWithT(t)
-	s, err := ParseInfo("# Replication\r\nrole:slave\r\nmaster_host:10.0.0.5\r\nmaster_port:6379\r\nmaster_link_status:up\r\n" +
-		"slave_repl_offset:1234\r\nmaster_repl_offset:1300\r\n")
+	s, err := replicationState(map[string]string{"role": "slave", "master_host": "10.0.0.5", "master_port": "6379",
+		"master_link_status": "up", "slave_repl_offset": "1234", "master_repl_offset": "1300"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RoleReplica, PrimaryAddr: "10.0.0.5:6379", LinkUp: true, Offset: 1234}))
-	s, err = ParseInfo("# Replication\nrole:master\nconnected_slaves:0\nmaster_repl_offset:77\n")
+	s, err = replicationState(map[string]string{"role": "master", "connected_slaves": "0", "master_repl_offset": "77"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(State{Role: RolePrimary, Offset: 77}))
+	s, err = replicationState(map[string]string{"role": "master", "master_repl_offset": "77", "master_failover_state": "waiting-for-sync"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.FailingOver).To(BeTrue())
 	// A replica that never synced holds nothing.
-	s, err = ParseInfo("role:slave\nmaster_host:127.0.0.1\nmaster_port:1\nmaster_link_status:down\nslave_repl_offset:1\nmaster_repl_offset:0\n")
+	s, err = replicationState(map[string]string{"role": "slave", "master_host": "127.0.0.1", "master_port": "1",
+		"master_link_status": "down", "slave_repl_offset": "1", "master_repl_offset": "0"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.Offset).To(BeZero())
 	// A primary silent for longer than MaxLinkSilence: the link is down.
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:2\nslave_repl_offset:9\n")
+	replica := func(silence string) map[string]string {
+		return map[string]string{"role": "slave", "master_host": "10.0.0.5", "master_port": "6379",
+			"master_link_status": "up", "master_last_io_seconds_ago": silence, "slave_repl_offset": "9"}
+	}
+	s, err = replicationState(replica("2"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeFalse())
-	s, err = ParseInfo("role:slave\nmaster_host:10.0.0.5\nmaster_port:6379\nmaster_link_status:up\nmaster_last_io_seconds_ago:1\nslave_repl_offset:9\n")
+	s, err = replicationState(replica("1"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.LinkUp).To(BeTrue())
-	_, err = ParseInfo("role:sentinel\n")
+	_, err = replicationState(map[string]string{"role": "sentinel"})
 	g.Expect(err).To(MatchError(`INFO replication: unknown role "sentinel"`))
-	_, err = ParseInfo("role:master\n")
+	_, err = replicationState(map[string]string{"role": "master"})
 	g.Expect(err).To(MatchError(ContainSubstring("master_repl_offset")))
+	_, err = replicationState(nil)
+	g.Expect(err).To(HaveOccurred(), "no Replication section")
 }

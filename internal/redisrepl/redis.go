@@ -1,7 +1,6 @@
 package redisrepl
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -69,11 +68,11 @@ func (r Redis) connect(addr string) *redis.Client {
 func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
 	c := r.connect(addr)
 	defer c.Close()
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := c.InfoMap(ctx, "replication").Result()
 	if err != nil {
 		return State{}, err
 	}
-	return ParseInfo(info)
+	return replicationState(info["Replication"])
 }
 
 // Promote sends REPLICAOF NO ONE.
@@ -119,16 +118,9 @@ func (r Redis) Handover(ctx context.Context, addr, to string) error {
 	return c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err()
 }
 
-// ParseInfo reads the replication state from the text of INFO replication.
-func ParseInfo(info string) (State, error) {
-	fields := map[string]string{}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if ok && !strings.HasPrefix(k, "#") {
-			fields[k] = v
-		}
-	}
+// replicationState reads the replication state from the fields of INFO
+// replication, as go-redis's InfoMap parses them.
+func replicationState(fields map[string]string) (State, error) {
 	var s State
 	offset := "master_repl_offset"
 	switch Role(fields["role"]) {

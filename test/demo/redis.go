@@ -13,7 +13,7 @@ import (
 )
 
 // redisScenario: the seed's Redis operator. The sample becomes a
-// StatefulSet, three Services and a PodDisruptionBudget; bad input is
+// StatefulSet, three Services and two PodDisruptionBudgets; bad input is
 // refused; the seed's `kubectl patch ... size: 4` scales it; a hand edit of
 // the StatefulSet is put back; then, on the lab network, real redis-server
 // processes replicate and survive the loss of the primary's node.
@@ -78,11 +78,9 @@ func redisScenario(ctx context.Context, d *demo) error {
 		return err
 	}
 
-	if d.lab.Net == nil || d.deployed != nil {
-		// Without the lab network (not root) no Redis runs in kwok's pods,
-		// and a deployed manager (in its system pod namespace) does not
-		// reach the members the lab runs: kubext says so rather than
-		// invent a primary.
+	if d.lab.Net == nil {
+		// Without the lab network (not root) no Redis runs in kwok's pods:
+		// kubext says so rather than invent a primary.
 		if _, err := k.until("redis/"+name, `.status.conditions[?(@.type=="Ready")].reason`, "MembersUnreachable"); err != nil {
 			return err
 		}
@@ -202,10 +200,18 @@ func redisFailover(ctx context.Context, d *demo, k *labKubectl, name string) err
 	}
 	say("GET greeting on the replica %s (%s): %q", rname, rip, "hello from "+pod)
 
+	if d.deployed != nil {
+		say("The installed manager runs in a pod behind its node and dials the members by pod IP, as in a cluster:")
+		if err := k.show("get", "pods", "-n", d.deployed.Namespace, "-l", "control-plane=controller-manager", "-o", "wide"); err != nil {
+			return err
+		}
+	}
 	say("Killing the primary's node %s (cut off the network, NotReady, its processes killed) ...", node)
 	// The static IP scenario's agent on that node dies with it; it is
 	// started again once the node is back.
-	hadAgent := len(d.lab.ProcessesIn(d.lab.Net.NodeNamespace(node))) > 0
+	// Deployed, the lab restarts the node's pods (its agents, and the
+	// manager's replica if it ran there) itself.
+	hadAgent := d.deployed == nil && len(d.lab.ProcessesIn(d.lab.Net.NodeNamespace(node))) > 0
 	start := time.Now()
 	if err := d.lab.KillNode(ctx, node); err != nil {
 		return err
@@ -226,7 +232,9 @@ func redisFailover(ctx context.Context, d *demo, k *labKubectl, name string) err
 			}
 		}
 	}()
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	// Deployed, the manager's leader may die with the node: the other
+	// replica takes its Lease over first.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		now, _, err := primaryIP()
 		return err == nil && now != "" && now != pod, nil
 	}); err != nil {

@@ -53,7 +53,9 @@ import (
 //   - Network: a hostNetwork pod runs in its node's namespace; any other
 //     pod gets a system pod namespace with its pod IP plugged into the root
 //     namespace ([labnet.Network.AddSystemPod]), so the API server reaches it
-//     at its endpoint IP (webhooks, with --enable-aggregator-routing).
+//     at its endpoint IP (webhooks, with --enable-aggregator-routing), and,
+//     for the pod subnet, behind its node ([labnet.Network.ConnectSystemPod]),
+//     so the manager reaches the Redis members by pod IP.
 //   - Identity: a token of the pod's ServiceAccount from the TokenRequest
 //     API bound to the Pod, so its claims carry the pod's node, as a
 //     kubelet-issued token does; it reaches the program through the pod's
@@ -544,6 +546,13 @@ func (d *Deployed) start(ctx context.Context, pod *corev1.Pod) (r *podRun, err e
 			return r, err
 		}
 		r.system = true
+		// Behind its node on the pod network too, as in a cluster: the
+		// manager dials the Redis members by pod IP.
+		if l.Net.NodeNamespace(r.node) != "" && l.Net.PodSubnet.IsValid() {
+			if err := l.Net.ConnectSystemPod(r.key, r.node, addr); err != nil {
+				return r, err
+			}
+		}
 	}
 	host, port, err := d.apiServerFor(r)
 	if err != nil {

@@ -17,20 +17,22 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
 	"github.com/kubext/kubext/internal/ownedapply"
 	"github.com/kubext/kubext/internal/redisrepl"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // Reconciler reconciles Redis objects.
@@ -64,12 +66,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, nil
 	}
 
-	orig := rd.DeepCopy()
-	defer func() {
-		if err := r.patchStatus(ctx, orig, rd, reterr); err != nil {
-			reterr = errors.Join(reterr, err)
-		}
-	}()
+	status := statuspatch.New(r.Client, rd, statusFields)
+	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, rd, reterr)) }()
 	sts, err := r.reconcileObjects(ctx, rd)
 	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change, and its deletion is no event for this
@@ -89,8 +87,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.reconcileReplication(ctx, rd, password); err != nil {
+	handingOver, err := r.reconcileReplication(ctx, rd, password)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if handingOver {
+		// Clients' writes are held or refused until the role label has
+		// moved to the new primary: see the swap as soon as it is done.
+		return ctrl.Result{RequeueAfter: handoverPoll}, nil
 	}
 	if rd.Status.Primary != "" || meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
 		// Nothing in the API tells of a change inside Redis (a primary's
@@ -106,6 +110,9 @@ const (
 	// observeEvery is how often the members of a Redis that has a primary
 	// are observed again: one INFO per member.
 	observeEvery = time.Second
+	// handoverPoll is how often the members are observed during a
+	// planned handover (FAILOVER), whose end moves the primary label.
+	handoverPoll = 100 * time.Millisecond
 	// resync bounds the back-off of a Redis that has no primary.
 	resync = 30 * time.Second
 	// nameTakenRetry is how often a Redis whose object names are taken by
@@ -124,22 +131,9 @@ func retryAfter(rd *cachev1.Redis) time.Duration {
 	return min(max(since/2, time.Second), resync)
 }
 
-// patchStatus writes the status once per reconcile, only when it changed,
-// and only over the version it was computed from. observedGeneration moves
-// on when the reconcile finished with this generation: it succeeded, or the
-// spec was refused for good.
-func (r *Reconciler) patchStatus(ctx context.Context, orig, rd *cachev1.Redis, reconcileErr error) error {
-	if reconcileErr == nil || errors.Is(reconcileErr, reconcile.TerminalError(nil)) {
-		rd.Status.ObservedGeneration = rd.Generation
-	}
-	if equality.Semantic.DeepEqual(orig.Status, rd.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, rd, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsConflict(err) {
-		return fmt.Errorf("status changed meanwhile, will retry: %w", err)
-	}
-	return client.IgnoreNotFound(err)
+// statusFields is where a Redis keeps the status statuspatch writes.
+func statusFields(rd *cachev1.Redis) (any, *int64) {
+	return rd.Status, &rd.Status.ObservedGeneration
 }
 
 func setCondition(rd *cachev1.Redis, typ string, status metav1.ConditionStatus, reason, format string, args ...any) {
@@ -164,6 +158,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToRedis)).
+		// A cordon (a drain's first step) makes a primary there hand over
+		// before its eviction.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToRedis),
+			builder.WithPredicates(predicate.Funcs{
+				CreateFunc:  func(event.CreateEvent) bool { return false },
+				DeleteFunc:  func(event.DeleteEvent) bool { return false },
+				GenericFunc: func(event.GenericEvent) bool { return false },
+				UpdateFunc: func(e event.UpdateEvent) bool {
+					before, ok1 := e.ObjectOld.(*corev1.Node)
+					after, ok2 := e.ObjectNew.(*corev1.Node)
+					return ok1 && ok2 && before.Spec.Unschedulable != after.Spec.Unschedulable
+				},
+			})).
 		// Each reconcile may wait up to a dial timeout on members that do
 		// not answer; several at once keep one slow Redis from delaying
 		// the others.
@@ -178,6 +185,25 @@ func podToRedis(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// nodeToRedis maps a node to the Redises with a member pod on it.
+func (r *Reconciler) nodeToRedis(ctx context.Context, o client.Object) []reconcile.Request {
+	pods := &corev1.PodList{}
+	if err := r.List(ctx, pods, client.HasLabels{cachev1.LabelRedis}); err != nil {
+		return nil
+	}
+	seen := map[client.ObjectKey]bool{}
+	var out []reconcile.Request
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		key := client.ObjectKey{Namespace: p.Namespace, Name: p.Labels[cachev1.LabelRedis]}
+		if p.Spec.NodeName == o.GetName() && !seen[key] {
+			seen[key] = true
+			out = append(out, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return out
 }
 
 var _ reconcile.Reconciler = &Reconciler{}

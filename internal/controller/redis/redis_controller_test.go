@@ -60,8 +60,8 @@ func (f *fixture) event(key client.ObjectKey, reason string) *eventsv1.Event {
 // members plays the StatefulSet controller and the kubelet, which envtest
 // does not run: it creates the Redis's pods 0 to n-1, running, each with
 // an IP address where a fake Redis server answers. It returns the
-// addresses.
-func (f *fixture) members(key client.ObjectKey, n int, password string) []string {
+// addresses. Pod i is on nodes[i] when given.
+func (f *fixture) members(key client.ObjectKey, n int, password string, nodes ...string) []string {
 	f.T.Helper()
 	sts := testenv.Eventually(f.Fixture, key, &appsv1.StatefulSet{}, func(g Gomega, sts *appsv1.StatefulSet) { testenv.Applied(g, sts) })
 	var addrs []string
@@ -73,6 +73,9 @@ func (f *fixture) members(key client.ObjectKey, n int, password string) []string
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))},
 			},
 			Spec: sts.Spec.Template.Spec,
+		}
+		if i < len(nodes) {
+			pod.Spec.NodeName = nodes[i]
 		}
 		for _, claim := range sts.Spec.VolumeClaimTemplates {
 			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim.Name, VolumeSource: corev1.VolumeSource{
@@ -154,10 +157,22 @@ func TestCreatesOwnedObjects(t *testing.T) {
 			f.G.Expect(svc.Spec.Selector).To(HaveKeyWithValue(cachev1.LabelRole, role))
 		}
 	}
-	pdb := f.Get(key, &policyv1.PodDisruptionBudget{}).(*policyv1.PodDisruptionBudget)
-	isControlledBy(f.G, pdb, rd)
-	f.G.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
-	f.G.Expect(pdb.Spec.Selector.MatchLabels).To(Equal(map[string]string{cachev1.LabelRedis: key.Name}))
+	// Two budgets over disjoint pods (the Eviction API refuses a pod that
+	// two cover): the primary, which no drain may take while it has
+	// replicas, and the others, one at a time.
+	for name, want := range map[string]struct {
+		min int
+		op  metav1.LabelSelectorOperator
+	}{key.Name: {1, metav1.LabelSelectorOpNotIn}, key.Name + "-primary": {1, metav1.LabelSelectorOpIn}} {
+		pdb := f.Get(client.ObjectKey{Namespace: ns, Name: name}, &policyv1.PodDisruptionBudget{}).(*policyv1.PodDisruptionBudget)
+		isControlledBy(f.G, pdb, rd)
+		f.G.Expect(pdb.Spec.MaxUnavailable).To(BeNil(), name)
+		f.G.Expect(pdb.Spec.MinAvailable.IntValue()).To(Equal(want.min), name)
+		f.G.Expect(*pdb.Spec.UnhealthyPodEvictionPolicy).To(Equal(policyv1.AlwaysAllow), name)
+		f.G.Expect(pdb.Spec.Selector.MatchLabels).To(Equal(map[string]string{cachev1.LabelRedis: key.Name}), name)
+		f.G.Expect(pdb.Spec.Selector.MatchExpressions).To(Equal([]metav1.LabelSelectorRequirement{
+			{Key: cachev1.LabelRole, Operator: want.op, Values: []string{cachev1.RolePrimary}}}), name)
+	}
 	f.event(key, "Created")
 }
 
@@ -367,4 +382,55 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 	counting := testenv.CountWrites(mgr.GetClient(), &writes)
 	f.G.Expect(counting.Patch(f.Ctx, sts, testenv.MergePatch(`{"metadata":{"annotations":{"test":"x"}}}`))).To(Succeed())
 	f.G.Expect(writes.Load()).To(BeEquivalentTo(1))
+}
+
+// A drain cordons the node first: a primary there hands over (FAILOVER,
+// which waits for the replica to catch up) to a replica on a node that
+// stays, and its role label moves, so that its budget no longer holds the
+// eviction back. A replica on a cordoned node is not made primary, and
+// the cordon lifted changes nothing back.
+func TestCordonedPrimaryHandsOver(t *testing.T) {
+	f := newFixture(t)
+	var nodes []string
+	for _, n := range []string{"a", "b", "c"} {
+		nodes = append(nodes, f.Create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "redis-" + n + "-" + f.ID}}).Name)
+	}
+	key := f.redis("drain", size(3))
+	addrs := f.members(key, 3, "", nodes...)
+	rd := f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
+	f.G.Expect(rd.Status.Primary).To(Equal(key.Name + "-0"))
+	servers.update(addrs[1], func(s *fakeServer) { s.state.Offset = 7 })
+	servers.update(addrs[0], func(s *fakeServer) { s.state.Offset = 9 })
+
+	cordon := func(i int, on bool) {
+		node := &corev1.Node{}
+		f.Get(client.ObjectKey{Name: nodes[i]}, node)
+		f.G.Expect(k8s.Patch(f.Ctx, node, testenv.MergePatch(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, on)))).To(Succeed())
+	}
+	// The replica with the most data is on a cordoned node too: the
+	// handover goes to the staying one.
+	cordon(1, true)
+	cordon(0, true)
+	testenv.Eventually(f.Fixture, key, &cachev1.Redis{}, func(g Gomega, rd *cachev1.Redis) {
+		g.Expect(rd.Status.Primary).To(Equal(key.Name + "-2"))
+	})
+	e := f.event(key, "HandingOver")
+	f.G.Expect(e.Note).To(Equal(fmt.Sprintf("Primary %[1]s-0 is about to be evicted (node %[2]s is cordoned); handing over to %[1]s-2 once it has caught up", key.Name, nodes[0])))
+	f.G.Expect(servers.state(addrs[2]).Role).To(Equal(redisrepl.RolePrimary))
+	f.G.Expect(servers.state(addrs[2]).Offset).To(Equal(int64(9)), "the handover target has caught up")
+	f.G.Eventually(func() string { return servers.state(addrs[1]).PrimaryAddr }, testenv.WaitFor).Should(Equal(addrs[2]))
+	f.G.Eventually(func() []string {
+		return []string{f.podRole(key, 0), f.podRole(key, 1), f.podRole(key, 2)}
+	}, testenv.WaitFor).Should(Equal([]string{cachev1.RoleReplica, cachev1.RoleReplica, cachev1.RolePrimary}))
+	f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
+
+	cordon(0, false)
+	cordon(1, false)
+	rd = f.Get(key, &cachev1.Redis{}).(*cachev1.Redis)
+	f.G.Expect(k8s.Patch(f.Ctx, rd, testenv.MergePatch(`{"metadata":{"annotations":{"poke":"1"}}}`))).To(Succeed())
+	f.G.Consistently(func() string {
+		got := &cachev1.Redis{}
+		f.G.Expect(k8s.Get(f.Ctx, key, got)).To(Succeed())
+		return got.Status.Primary
+	}, 2*time.Second, 200*time.Millisecond).Should(Equal(key.Name + "-2"))
 }

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -65,8 +66,10 @@ func (r *Reconciler) reconcileObjects(ctx context.Context, rd *cachev1.Redis) (*
 			return nil, err
 		}
 	}
-	if _, err := apply(ctx, r, rd, desiredPDB(rd), policyv1ac.ExtractPodDisruptionBudget); err != nil {
-		return nil, err
+	for _, pdb := range desiredPDBs(rd) {
+		if _, err := apply(ctx, r, rd, pdb, policyv1ac.ExtractPodDisruptionBudget); err != nil {
+			return nil, err
+		}
 	}
 	return sts, nil
 }
@@ -312,14 +315,42 @@ func desiredServices(rd *cachev1.Redis) []*corev1ac.ServiceApplyConfiguration {
 	}
 }
 
-// desiredPDB lets voluntary disruptions (drains) take one member at a time:
-// losing the primary costs a failover, losing two at once could cost the
-// primary and the replica best placed to replace it.
-func desiredPDB(rd *cachev1.Redis) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	return policyv1ac.PodDisruptionBudget(rd.Name, rd.Namespace).
-		WithLabels(labels(rd)).
-		WithOwnerReferences(ownerReference(rd)).
-		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(1)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector(rd))))
+// desiredPDBs are the two PodDisruptionBudgets that shape voluntary
+// disruptions (drains, e.g. kubext's own reboots):
+//
+//   - <name> covers the members but the primary and lets a drain take one
+//     at a time (minAvailable: all of them but one): losing two at once
+//     could cost the replica best placed to replace the primary.
+//   - <name>-primary covers the pod labelled primary and lets no drain
+//     take it while the Redis has replicas (minAvailable 1): the drain
+//     cordons the node first, the controller sees the cordon and the
+//     primary hands over (FAILOVER, which waits for the replica to catch
+//     up), the label moves to the new primary, and only then does the
+//     eviction of the old one go through: no acknowledged write is lost.
+//
+// The two select disjoint pods: the Eviction API refuses a pod that two
+// budgets cover. A member that is not Ready may always be evicted
+// (unhealthyPodEvictionPolicy AlwaysAllow): it serves nothing to protect,
+// and a drain must not wait on it. A Redis of one member has nothing to
+// hand over to, so its primary's budget blocks nothing.
+func desiredPDBs(rd *cachev1.Redis) []*policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	budget := func(name string, minAvailable int32, role metav1.LabelSelectorOperator) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+		return policyv1ac.PodDisruptionBudget(name, rd.Namespace).
+			WithLabels(labels(rd)).
+			WithOwnerReferences(ownerReference(rd)).
+			WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+				WithMinAvailable(intstr.FromInt32(minAvailable)).
+				WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow).
+				WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector(rd)).
+					WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+						WithKey(cachev1.LabelRole).WithOperator(role).WithValues(cachev1.RolePrimary))))
+	}
+	primaryMin := int32(1)
+	if rd.Spec.Size < 2 {
+		primaryMin = 0
+	}
+	return []*policyv1ac.PodDisruptionBudgetApplyConfiguration{
+		budget(rd.Name, max(rd.Spec.Size-2, 0), metav1.LabelSelectorOpNotIn),
+		budget(primaryName(rd), primaryMin, metav1.LabelSelectorOpIn),
+	}
 }

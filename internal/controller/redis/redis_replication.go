@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,22 +23,25 @@ import (
 // reconcileReplication observes the members' Redis, has redisrepl make one
 // primary and the others replicas of it, labels the pods with their role
 // and reports it all in the status. Members it cannot reach are reported,
-// not waited for.
-func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) error {
+// not waited for. It reports whether the primary is handing over.
+func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) (handingOver bool, err error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(rd.Namespace), client.MatchingLabels(selector(rd))); err != nil {
-		return err
+		return false, err
 	}
 	members, podByName := membersOf(rd, pods.Items)
+	if err := r.markDraining(ctx, members, podByName); err != nil {
+		return false, err
+	}
 	previous := rd.Status.Primary
 	res := redisrepl.Reconcile(ctx, r.Connect(password), members, previous)
 	r.recordChanges(rd, res)
 	states := memberStates(res)
 	if err := r.labelPods(ctx, podByName, states); err != nil {
-		return err
+		return false, err
 	}
 	observeReplication(rd, res, states, previous)
-	return res.Err
+	return res.Plan.Change == redisrepl.HandingOver, res.Err
 }
 
 // membersOf lists the members: pods 0 to size-1, which may not exist yet,
@@ -68,6 +72,31 @@ func membersOf(rd *cachev1.Redis, pods []corev1.Pod) ([]redisrepl.Member, map[st
 		members = append(members, redisrepl.Member{Name: name, Addr: addrOf(podByName[name]), Leaving: true})
 	}
 	return members, podByName
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// markDraining marks the members whose node is cordoned (spec.unschedulable,
+// as a drain does first, kubext's reboots included): a primary there hands
+// over before the drain can evict it (see desiredPDBs).
+func (r *Reconciler) markDraining(ctx context.Context, members []redisrepl.Member, podByName map[string]*corev1.Pod) error {
+	for i := range members {
+		p := podByName[members[i].Name]
+		if p == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading node %s of pod %s: %w", p.Spec.NodeName, p.Name, err)
+		}
+		if node.Spec.Unschedulable {
+			members[i].Draining = fmt.Sprintf("node %s is cordoned", node.Name)
+		}
+	}
+	return nil
 }
 
 // addrOf is where a member's Redis listens: empty while its pod does not

@@ -3,7 +3,8 @@
 // at a fixed rate to the member labelled primary (as a client of the
 // -primary Service follows it) and records every acknowledged write, while
 // the primary fails: its process killed, its node killed (unplanned), a
-// scale down that removes it (planned). For each kind, -trials trials: the
+// scale down that removes it, its node rebooted by kubext's reboot
+// operator (planned: cordon, handover, drain, reboot). For each kind, -trials trials: the
 // write gap (time from the last write acknowledged before the failure to
 // the first one after) and the acknowledged writes missing from the
 // primary afterwards. The last line of its output is machine-readable.
@@ -26,12 +27,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 )
@@ -84,17 +88,21 @@ func run(trials int, every time.Duration) (err error) {
 		return err
 	}
 	defer b.pn.Stop()
-	if _, err := l.StartManager(ctx, "manager", "--controllers=redis"); err != nil {
+	if _, err := l.StartManager(ctx, "manager", "--controllers=redis,reboot", "--reboot-drain-backoff", "3s"); err != nil {
 		return err
 	}
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(cachev1.AddToScheme(scheme))
+	utilruntime.Must(rebootv1.AddToScheme(scheme))
 	cfg, err := l.RESTConfig()
 	if err != nil {
 		return err
 	}
 	if b.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if err := b.rebootable(ctx); err != nil {
 		return err
 	}
 	if err := b.c.Create(ctx, &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
@@ -116,6 +124,7 @@ func run(trials int, every time.Duration) (err error) {
 		{"process killed", false, b.killProcess},
 		{"node killed", false, b.killNode},
 		{"scale down removes the primary", true, b.scaleDown},
+		{"kubext reboots the primary's node", true, b.reboot},
 	}
 	var unplannedGaps []float64
 	var unplannedLost, plannedLost int
@@ -204,6 +213,13 @@ func (b *bench) killNode(ctx context.Context, primary corev1.Pod) (func() error,
 		return nil, err
 	}
 	return func() error {
+		// The node stays lost until a replica has been promoted: revived
+		// at once, its member's restarted process would refuse the
+		// replicas' links and tell them of the loss long before 2 s of
+		// silence do (the short node-loss gaps of earlier runs).
+		if err := b.promotedFrom(ctx, primary.Name); err != nil {
+			return err
+		}
 		if err := b.lab.ReviveNode(ctx, node); err != nil {
 			return err
 		}
@@ -228,6 +244,61 @@ func (b *bench) scaleDown(ctx context.Context, primary corev1.Pod) (func() error
 		}
 		return b.setSize(ctx, size)
 	}, nil
+}
+
+// rebootable puts the lab's nodes in one reboot group, one node at a time,
+// each with a reboot agent whose reboot takes a second.
+func (b *bench) rebootable(ctx context.Context) error {
+	for _, n := range b.lab.Nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+		if err := b.c.Patch(ctx, node, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"bench":"redis"}}}`))); err != nil {
+			return err
+		}
+		if _, err := b.lab.StartRebootAgent(ctx, n, b.lab.RebootCommandArgs(n, time.Second)...); err != nil {
+			return err
+		}
+	}
+	one := intstr.FromInt32(1)
+	return b.c.Create(ctx, &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"bench": "redis"}},
+		MaxUnavailable: &one, SoakSeconds: ptr.To[int32](1), RebootTimeoutSeconds: 120,
+		Drain: rebootv1.DrainSpec{TimeoutSeconds: 30},
+	}})
+}
+
+// reboot asks kubext's reboot operator to reboot the primary's node, which
+// it cordons, drains (the primary hands over first) and reboots; undo waits
+// until the node is back with a new boot and uncordoned.
+func (b *bench) reboot(ctx context.Context, primary corev1.Pod) (func() error, error) {
+	before := &corev1.Node{}
+	if err := b.c.Get(ctx, client.ObjectKey{Name: primary.Spec.NodeName}, before); err != nil {
+		return nil, err
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
+	if err := b.c.Patch(ctx, before.DeepCopy(), client.RawPatch("application/merge-patch+json", patch)); err != nil {
+		return nil, err
+	}
+	return func() error {
+		return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			n := &corev1.Node{}
+			if err := b.c.Get(ctx, client.ObjectKey{Name: before.Name}, n); err != nil {
+				return false, nil //nolint:nilerr // retried
+			}
+			_, busy := n.Annotations[rebootv1.AnnotationInProgress]
+			return n.Status.NodeInfo.BootID != before.Status.NodeInfo.BootID && !n.Spec.Unschedulable && !busy, nil
+		})
+	}, nil
+}
+
+// promotedFrom waits until the Redis names a primary other than old.
+func (b *bench) promotedFrom(ctx context.Context, old string) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		rd := &cachev1.Redis{}
+		if err := b.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rd); err != nil {
+			return false, nil //nolint:nilerr // retried
+		}
+		return rd.Status.Primary != "" && rd.Status.Primary != old, nil
+	})
 }
 
 func (b *bench) setSize(ctx context.Context, n int) error {

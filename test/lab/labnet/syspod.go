@@ -5,11 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // System pod namespaces: the namespaces of the lab's own control-plane
@@ -91,12 +94,189 @@ func (n *Network) AddSystemPod(pod string, addr netip.Addr) (namespace string, e
 
 // RemoveSystemPod removes what [Network.AddSystemPod] made for pod: the
 // root-side link (its route and the peer go with it) and the namespace. It
-// stops no processes and is idempotent.
+// stops no processes and is idempotent. It undoes
+// [Network.ConnectSystemPod] too.
 func (n *Network) RemoveSystemPod(pod string) error {
 	name := n.SystemPodNamespace(pod)
-	var errs []error
+	// The routes to it on the nodes first: the namespace holds its address.
+	errs := []error{n.disconnectSystemPod(pod, n.systemPodAddr(pod))}
 	if l, err := netlink.LinkByName(name); err == nil {
 		errs = append(errs, deleteLink(l))
 	}
 	return errors.Join(append(errs, deleteNamedNS(name))...)
+}
+
+// A system pod on the cluster's pod network: in a cluster kubext's manager
+// runs behind its node and dials the Redis members by pod IP. The root
+// namespace never forwards (see above), so [Network.ConnectSystemPod] gives
+// a system pod a second link, into its node's namespace, for the pod subnet
+// only:
+//
+//	pod ns:       eth1 (no address); 169.254.1.2 dev eth1 (scope link), a
+//	              permanent neighbour entry for it = the MAC of c<hash>;
+//	              <PodSubnet> via 169.254.1.2 dev eth1 src A
+//	node ns:      c<hash>; A/32 dev c<hash> src <node address>
+//	other nodes:  A/32 via <node address> dev eth0
+//
+// So the pod reaches the cluster-routed pods ([Network.RoutePod]) from its
+// own address, as a pod of its node would, and their replies come back the
+// same way; the API server and its forwarder stay on eth0. When the node is
+// cut off the pod loses the pods behind other nodes, as a pod of a dead
+// node would. The other system pods' addresses, which lie in the pod subnet
+// too, are then out of its reach (nothing in the lab needs them).
+
+// systemPodGateway is the link-local next hop of a connected system pod's
+// route to the pod subnet (eth0's is podGateway).
+var systemPodGateway = netip.MustParseAddr("169.254.1.2")
+
+// systemPodNodeLink is the name, in the node's namespace, of the link that
+// [Network.ConnectSystemPod] makes for pod.
+func systemPodNodeLink(pod string) string {
+	sum := sha256.Sum256([]byte(pod))
+	return "c" + hex.EncodeToString(sum[:4])
+}
+
+// ConnectSystemPod puts the system pod of [Network.AddSystemPod] at addr on
+// the cluster's pod network behind node (see above). It undoes itself on
+// error; [Network.RemoveSystemPod] undoes it too.
+func (n *Network) ConnectSystemPod(pod, node string, addr netip.Addr) (err error) {
+	m, ok := n.node(node)
+	if !ok {
+		return fmt.Errorf("labnet: no node %q in the lab", node)
+	}
+	if !n.PodSubnet.IsValid() {
+		return errors.New("labnet: the lab network has no pod subnet")
+	}
+	if err := n.checkPodAddr(addr); err != nil {
+		return err
+	}
+	namespace := n.SystemPodNamespace(pod)
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("labnet: system pod %s on %s's pod network: %w", pod, node, err), n.disconnectSystemPod(pod, addr))
+		}
+	}()
+	podNS, err := netns.GetFromName(namespace)
+	if err != nil {
+		return err
+	}
+	defer podNS.Close()
+	ph, err := netlink.NewHandleAt(podNS)
+	if err != nil {
+		return err
+	}
+	defer ph.Close()
+	nh, err := handleIn(m.Namespace)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	if err := setForwarding(m.Namespace); err != nil {
+		return err
+	}
+
+	link := systemPodNodeLink(pod)
+	la := netlink.NewLinkAttrs()
+	la.Name = link
+	if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth1", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
+		return fmt.Errorf("add veth %s in %s: %w", link, m.Namespace, err)
+	}
+	host, err := nh.LinkByName(link)
+	if err != nil {
+		return err
+	}
+	if err := nh.LinkSetUp(host); err != nil {
+		return fmt.Errorf("set %s up: %w", link, err)
+	}
+	eth1, err := ph.LinkByName("eth1")
+	if err != nil {
+		return err
+	}
+	if err := ph.LinkSetUp(eth1); err != nil {
+		return fmt.Errorf("set eth1 up: %w", err)
+	}
+	gw := net.IP(systemPodGateway.AsSlice())
+	if err := ph.NeighAdd(&netlink.Neigh{
+		LinkIndex: eth1.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: gw, HardwareAddr: host.Attrs().HardwareAddr,
+	}); err != nil {
+		return fmt.Errorf("neighbour %s on eth1: %w", systemPodGateway, err)
+	}
+	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth1.Attrs().Index, Dst: ipNet(systemPodGateway, 32), Scope: netlink.SCOPE_LINK}); err != nil {
+		return fmt.Errorf("route to %s: %w", systemPodGateway, err)
+	}
+	if err := ph.RouteAdd(&netlink.Route{
+		LinkIndex: eth1.Attrs().Index, Dst: ipNet(n.PodSubnet.Addr(), n.PodSubnet.Bits()), Gw: gw, Src: net.IP(addr.AsSlice()),
+	}); err != nil {
+		return fmt.Errorf("route to %s via eth1: %w", n.PodSubnet, err)
+	}
+	if err := nh.RouteAdd(&netlink.Route{
+		LinkIndex: host.Attrs().Index, Dst: ipNet(addr, 32), Scope: netlink.SCOPE_LINK, Src: net.IP(m.Addr.AsSlice()),
+	}); err != nil {
+		return fmt.Errorf("route to %s in %s: %w", addr, m.Namespace, err)
+	}
+	for _, other := range n.Nodes {
+		if other.Name == node {
+			continue
+		}
+		if err := routeIn(other.Namespace, func(h *netlink.Handle) error {
+			eth0, err := h.LinkByName("eth0")
+			if err != nil {
+				return err
+			}
+			return h.RouteReplace(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(addr, 32), Gw: net.IP(m.Addr.AsSlice())})
+		}); err != nil {
+			return fmt.Errorf("route to %s in %s: %w", addr, other.Namespace, err)
+		}
+	}
+	deadline := time.Now().Add(readyTimeout)
+	if err := pollOperUp(ph, "eth1", deadline); err != nil {
+		return err
+	}
+	return pollOperUp(nh, link, deadline)
+}
+
+// disconnectSystemPod removes what ConnectSystemPod made for pod at addr,
+// on whichever node; it is idempotent.
+func (n *Network) disconnectSystemPod(pod string, addr netip.Addr) error {
+	var errs []error
+	for _, m := range n.Nodes {
+		errs = append(errs, deleteLinkIn(m.Namespace, systemPodNodeLink(pod)))
+		if !addr.IsValid() {
+			continue
+		}
+		errs = append(errs, routeIn(m.Namespace, func(h *netlink.Handle) error {
+			routes, err := h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: ipNet(addr, 32)}, netlink.RT_FILTER_DST)
+			if err != nil {
+				return err
+			}
+			for i := range routes {
+				if err := ignoreNoRoute(h.RouteDel(&routes[i])); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+// systemPodAddr is the address on eth0 of the system pod's namespace, or
+// the zero Addr when it has none (or no namespace).
+func (n *Network) systemPodAddr(pod string) netip.Addr {
+	h, err := handleIn(n.SystemPodNamespace(pod))
+	if err != nil {
+		return netip.Addr{}
+	}
+	defer h.Close()
+	eth0, err := h.LinkByName("eth0")
+	if err != nil {
+		return netip.Addr{}
+	}
+	addrs, err := h.AddrList(eth0, netlink.FAMILY_V4)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}
+	}
+	a, _ := netip.AddrFromSlice(addrs[0].IP.To4())
+	return a
 }
