@@ -134,8 +134,8 @@ bench-failover-keepalived: tools build ## Static IP failover of keepalived on th
 	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 10ms -trials $(or $(TRIALS),20)
 
 .PHONY: bench-redis
-bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, or a scale down removes it (TRIALS per kind, default 10). Needs root.
-	go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))
+bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, a scale down removes it, or kubext reboots its node (TRIALS per kind, default 10). Needs root.
+	$(LAB_LOCK) go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))
 
 ##@ Build
 
