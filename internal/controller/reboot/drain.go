@@ -13,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/kubectl/pkg/drain"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
@@ -45,13 +47,14 @@ type drainOutcome struct {
 // approval (the in-progress timestamp), so a drain left over from an earlier
 // approval of the same node is never taken for the current one.
 type drainer struct {
-	kube         kubernetes.Interface
-	wake         func()
-	firstBackoff time.Duration
+	kube kubernetes.Interface
+	wake func()
+	// timeouts is each node's wait after its consecutive timed-out drains
+	// (safe for concurrent use on its own).
+	timeouts *flowcontrol.Backoff
 
-	mu       sync.Mutex
-	runs     map[string]*drainRun
-	failures map[string]int // consecutive timed-out drains per node
+	mu   sync.Mutex
+	runs map[string]*drainRun
 }
 
 type drainRun struct {
@@ -66,7 +69,13 @@ func newDrainer(kube kubernetes.Interface, firstBackoff time.Duration, wake func
 	if firstBackoff <= 0 {
 		firstBackoff = DefaultDrainBackoff
 	}
-	return &drainer{kube: kube, wake: wake, firstBackoff: firstBackoff, runs: map[string]*drainRun{}, failures: map[string]int{}}
+	// Doubling from the first wait, at most 32 times it and at most
+	// maxBackoff.
+	timeouts := flowcontrol.NewBackOff(firstBackoff, min(firstBackoff<<5, maxBackoff))
+	// A node's backoff lasts until its reboot is verified (reset), however
+	// long it waited: its next drain is as likely to time out as the last.
+	timeouts.HasExpiredFunc = func(time.Time, time.Time, time.Duration) bool { return false }
+	return &drainer{kube: kube, wake: wake, timeouts: timeouts, runs: map[string]*drainRun{}}
 }
 
 // start drains the node unless a drain for this approval already runs or
@@ -128,28 +137,18 @@ func (d *drainer) forgetAllBut(keep map[string]bool) {
 			delete(d.runs, node)
 		}
 	}
-	for node := range d.failures {
-		if !keep[node] && d.failures[node] == 0 {
-			delete(d.failures, node)
-		}
-	}
 }
 
 // backoff is how long a node waits after a timed-out drain: the first backoff,
 // doubling with each consecutive timeout, at most maxBackoff.
 func (d *drainer) backoff(node string) time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	wait := d.firstBackoff << min(d.failures[node], 5)
-	d.failures[node]++
-	return min(wait, maxBackoff)
+	d.timeouts.Next(node, d.timeouts.Clock.Now())
+	return d.timeouts.Get(node)
 }
 
 // reset clears a node's backoff after a verified reboot.
 func (d *drainer) reset(node string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.failures, node)
+	d.timeouts.Reset(node)
 }
 
 // drain evicts the node's pods through the Eviction API, so that
@@ -170,19 +169,17 @@ func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpe
 		helper.GracePeriodSeconds = int(*spec.GracePeriodSeconds)
 	}
 	var last error
-	for {
+	// Try again drainRetry after each failed attempt until the context's
+	// deadline; each attempt may use what is left of it.
+	err := wait.PollUntilContextCancel(ctx, drainRetry, true, func(ctx context.Context) (bool, error) {
 		if helper.Timeout = remaining(ctx); helper.Timeout <= 0 {
-			break
+			return false, context.DeadlineExceeded
 		}
-		if last = drain.RunNodeDrain(helper, node); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(drainRetry):
-			continue
-		}
-		break
+		last = drain.RunNodeDrain(helper, node)
+		return last == nil, nil
+	})
+	if err == nil {
+		return nil
 	}
 	if errors.Is(context.Cause(ctx), context.Canceled) {
 		return errors.New("drain cancelled")

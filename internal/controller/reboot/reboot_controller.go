@@ -15,11 +15,11 @@ package reboot
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -183,6 +183,13 @@ func (r *Reconciler) retry(ctx context.Context, err error) (ctrl.Result, error) 
 	return ctrl.Result{}, err
 }
 
+// isConflict says whether err is the API server refusing a write made over
+// an old version (a node, group or the ledger changed since it was read).
+func isConflict(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && apierrors.IsConflict(err)
+}
+
 // SetupWithManager registers the controller. Node and group changes from
 // the cache, and finished drains, all enqueue the one rollout item.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -260,39 +267,4 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// deadlines collects the earliest moment something is due without any
-// watch event announcing it (a soak ending, a reboot timing out, a retry or
-// a window opening).
-type deadlines struct {
-	now  time.Time
-	next time.Time
-}
-
-func newDeadlines(now time.Time) *deadlines { return &deadlines{now: now} }
-
-func (d *deadlines) at(t time.Time) {
-	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
-		d.next = t
-	}
-}
-
-func (d *deadlines) after(limit time.Duration) time.Duration {
-	if d.next.IsZero() || d.next.Sub(d.now) > limit {
-		return limit
-	}
-	// A few milliseconds late rather than early: timestamps are compared
-	// with the controller's clock.
-	return d.next.Sub(d.now) + 5*time.Millisecond
-}
-
-// names are the nodes in a stable order.
-func (s *state) names() []string {
-	names := make([]string, 0, len(s.nodes))
-	for name := range s.nodes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
 }
