@@ -13,12 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/kubectl/pkg/drain"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootgate"
 )
 
 const (
@@ -40,6 +42,8 @@ const (
 type drainOutcome struct {
 	node    string
 	blocked string // "" when it completed
+	// evicted are the workloads whose pods a completed drain evicted.
+	evicted []rebootv1.WorkloadRef
 }
 
 // drainer runs node drains in the background: a drain can take minutes and
@@ -63,6 +67,9 @@ type drainRun struct {
 	finished bool
 	err      error
 	took     time.Duration
+	// evicted are the workloads whose pods the drain evicted (or tried
+	// to).
+	evicted []rebootv1.WorkloadRef
 }
 
 func newDrainer(kube kubernetes.Interface, firstBackoff time.Duration, wake func()) *drainer {
@@ -94,10 +101,10 @@ func (d *drainer) start(node, approval string, spec rebootv1.DrainSpec, timeLeft
 	d.runs[node] = run
 	go func() {
 		start := time.Now()
-		err := d.drain(ctx, node, spec)
+		evicted, err := d.drain(ctx, node, spec)
 		cancel()
 		d.mu.Lock()
-		run.finished, run.err, run.took = true, err, time.Since(start)
+		run.finished, run.err, run.took, run.evicted = true, err, time.Since(start), evicted
 		d.mu.Unlock()
 		d.wake()
 	}()
@@ -153,8 +160,9 @@ func (d *drainer) reset(node string) {
 
 // drain evicts the node's pods through the Eviction API, so that
 // PodDisruptionBudgets hold, leaving DaemonSet pods alone; it tries until
-// the context's deadline, then names what blocked it.
-func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpec) error {
+// the context's deadline, then names what blocked it. It returns the
+// workloads whose pods it evicted, for healthGates.evictedPodsReady.
+func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpec) ([]rebootv1.WorkloadRef, error) {
 	helper := &drain.Helper{
 		Ctx:                  ctx,
 		Client:               d.kube,
@@ -169,22 +177,31 @@ func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpe
 		helper.GracePeriodSeconds = int(*spec.GracePeriodSeconds)
 	}
 	var last error
+	var evicted []corev1.Pod
 	// Try again drainRetry after each failed attempt until the context's
-	// deadline; each attempt may use what is left of it.
-	err := wait.PollUntilContextCancel(ctx, drainRetry, true, func(ctx context.Context) (bool, error) {
+	// deadline; each attempt may use what is left of it. An attempt is
+	// drain.RunNodeDrain, noting the pods it is about to evict.
+	err := wait.PollUntilContextCancel(ctx, drainRetry, true, func(context.Context) (bool, error) {
 		if helper.Timeout = remaining(ctx); helper.Timeout <= 0 {
 			return false, context.DeadlineExceeded
 		}
-		last = drain.RunNodeDrain(helper, node)
+		list, errs := helper.GetPodsForDeletion(node)
+		if errs != nil {
+			last = utilerrors.NewAggregate(errs)
+			return false, nil
+		}
+		evicted = append(evicted, list.Pods()...)
+		last = helper.DeleteOrEvictPods(list.Pods())
 		return last == nil, nil
 	})
+	workloads := rebootgate.Workloads(evicted)
 	if err == nil {
-		return nil
+		return workloads, nil
 	}
 	if errors.Is(context.Cause(ctx), context.Canceled) {
-		return errors.New("drain cancelled")
+		return workloads, errors.New("drain cancelled")
 	}
-	return d.blocker(node, last)
+	return workloads, d.blocker(node, last)
 }
 
 func remaining(ctx context.Context) time.Duration {

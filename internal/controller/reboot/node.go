@@ -113,7 +113,7 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 		}
 		r.drains.forget(n.Name)
 		drainSeconds.Observe(res.took.Seconds())
-		r.drainOutcome[g.name] = drainOutcome{node: n.Name}
+		r.drainOutcome[g.name] = drainOutcome{node: n.Name, evicted: res.evicted}
 		r.event(c, g, corev1.EventTypeNormal, EventDrained, "Reboot",
 			"Node %s drained in %s; ordering its reboot", n.Name, res.took.Round(time.Millisecond))
 		next.at(now.Add(rebootTimeout(g.spec)))

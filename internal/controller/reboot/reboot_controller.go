@@ -102,6 +102,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// Health gates: the namespaces a gate's namespaceSelector selects (pods and
+// PodDisruptionBudgets are read as for drains).
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list
 // The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // The approvals ledger, one ConfigMap in the controller's namespace (create
@@ -145,6 +148,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
+	if s.held, err = r.checkGates(ctx, s, decision, next); err != nil {
+		return r.retry(ctx, err)
+	}
 	decision = rebootplan.Decide(s.snapshot(now))
 	if len(decision.Approved) > 0 {
 		if r.beforeGrant != nil {

@@ -35,6 +35,8 @@ type state struct {
 	// agents is the reboot-agents' heartbeat tracker; nil when the
 	// controller does not check them.
 	agents *heartbeat.Tracker
+	// held are the groups a health gate holds (gates.go).
+	held map[string]rebootplan.Hold
 }
 
 // read lists nodes and groups from the API server (not the cache).
@@ -84,7 +86,7 @@ func (s *state) needPods() bool {
 
 // snapshot is the planner's view of the state.
 func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
-	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Absent: s.absent, Now: now}
+	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Absent: s.absent, Held: s.held, Now: now}
 	for _, name := range s.names() {
 		n := s.planned[name]
 		n.Pods = s.pods[name]

@@ -95,6 +95,9 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	if needing > 0 && !gd.NextWindow.IsZero() {
 		st.NextWindow = &metav1.Time{Time: gd.NextWindow}
 	}
+	if o, ok := r.drainOutcome[rg.Name]; ok && o.blocked == "" {
+		st.LastDrain = r.lastDrain(rg)
+	}
 	r.setConditions(updated, gd, needing)
 	return status.Patch(ctx, updated, nil)
 }
@@ -136,6 +139,16 @@ func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.Group
 	}
 
 	switch {
+	case rg.Spec.HealthGates == nil:
+		meta.RemoveStatusCondition(&rg.Status.Conditions, rebootv1.ConditionGateHeld)
+	case gd.Held != nil:
+		set(rebootv1.ConditionGateHeld, metav1.ConditionTrue, gd.Held.Reason, gd.Held.Message)
+	default:
+		set(rebootv1.ConditionGateHeld, metav1.ConditionFalse, rebootv1.ReasonGatesPass, pick(needing > 0,
+			"Every health gate passes", "No node waits for approval; the gates are checked when one does"))
+	}
+
+	switch {
 	case gd.Err != nil:
 		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonInvalidSpec, gd.Err.Error())
 	case gd.Paused:
@@ -149,6 +162,9 @@ func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.Group
 	case needing > 0 && !gd.InWindow:
 		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonOutsideWindow,
 			fmt.Sprintf("%d node(s) wait for the next maintenance window at %s", needing, gd.NextWindow.UTC().Format(time.RFC3339)))
+	case needing > 0 && gd.Held != nil:
+		set(rebootv1.ConditionReady, metav1.ConditionTrue, gd.Held.Reason,
+			fmt.Sprintf("%d node(s) wait for a health gate: %s", needing, gd.Held.Message))
 	case needing > 0 || len(gd.Rebooting) > 0:
 		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonRollingOut,
 			fmt.Sprintf("%d rebooting (%s), %d waiting, %d of %d unavailable (max %d)", len(gd.Rebooting),
