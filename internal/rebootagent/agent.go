@@ -155,10 +155,10 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 		return ctrl.Result{}, nil
 	}
 	a.mu.Lock()
-	run, wait := a.tried.due(order.BootID, time.Now())
+	run, retryIn := a.tried.due(order.BootID, time.Now())
 	a.mu.Unlock()
 	if !run {
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return ctrl.Result{RequeueAfter: retryIn}, nil
 	}
 
 	log.Info("Rebooting node", "bootID", order.BootID, "with", a.Rebooter.String())
@@ -170,13 +170,13 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 		return ctrl.Result{}, nil
 	}
 	a.mu.Lock()
-	wait = a.tried.record(order.BootID, err, time.Now())
+	retryIn = a.tried.record(order.BootID, err, time.Now())
 	a.mu.Unlock()
 	if err != nil {
-		log.Error(err, "Reboot failed", "with", a.Rebooter.String(), "retryIn", wait)
+		log.Error(err, "Reboot failed", "with", a.Rebooter.String(), "retryIn", retryIn)
 		a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRebootCommandFailed, "Reboot",
-			"Reboot by %s failed, retrying in %s: %v", a.Rebooter, wait, err)
-		return ctrl.Result{RequeueAfter: wait}, nil
+			"Reboot by %s failed, retrying in %s: %v", a.Rebooter, retryIn, err)
+		return ctrl.Result{RequeueAfter: retryIn}, nil
 	}
 	// On a real machine the agent is stopped by the reboot about now.
 	// Where the command returns after the whole reboot (the lab's simulated
@@ -208,18 +208,14 @@ func (a *Agent) watchSentinel(ctx context.Context) error {
 	if a.SentinelFile == "" {
 		return nil
 	}
-	t := time.NewTicker(a.SentinelInterval)
-	defer t.Stop()
-	for {
+	// Non-sliding: one look every interval, however long a look took (a
+	// request waits for the cache to show it).
+	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		if err := a.checkSentinel(ctx); err != nil && ctx.Err() == nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Checking the sentinel file", "file", a.SentinelFile)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	}, a.SentinelInterval)
+	return nil
 }
 
 func (a *Agent) checkSentinel(ctx context.Context) error {

@@ -13,9 +13,11 @@ package rebootagent
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 )
@@ -104,8 +106,10 @@ func SentinelDecision(node *corev1.Node, s Sentinel, bootTime time.Time) Sentine
 type attempts struct {
 	bootID    string
 	succeeded bool
-	failures  int
-	next      time.Time
+	// backoff yields the waits between failed commands for bootID; it
+	// starts over with each boot.
+	backoff wait.Backoff
+	next    time.Time
 }
 
 const (
@@ -115,9 +119,15 @@ const (
 	retryMax  = 5 * time.Minute
 )
 
+// retryBackoff doubles the wait from retryBase after each failed command,
+// up to retryMax, which it then keeps (Steps is spent only by doubling).
+func retryBackoff() wait.Backoff {
+	return wait.Backoff{Duration: retryBase, Factor: 2, Cap: retryMax, Steps: math.MaxInt32}
+}
+
 // due says whether the command should run now for bootID, and if not but
 // it will be later, how long to wait.
-func (a *attempts) due(bootID string, now time.Time) (run bool, wait time.Duration) {
+func (a *attempts) due(bootID string, now time.Time) (run bool, after time.Duration) {
 	if a.bootID != bootID {
 		return true, 0
 	}
@@ -134,14 +144,13 @@ func (a *attempts) due(bootID string, now time.Time) (run bool, wait time.Durati
 // a failure it returns how long to wait before the retry.
 func (a *attempts) record(bootID string, err error, now time.Time) (retryIn time.Duration) {
 	if a.bootID != bootID {
-		*a = attempts{bootID: bootID}
+		*a = attempts{bootID: bootID, backoff: retryBackoff()}
 	}
 	if err == nil {
 		a.succeeded = true
 		return 0
 	}
-	a.failures++
-	retryIn = min(retryBase<<min(a.failures-1, 10), retryMax)
+	retryIn = a.backoff.Step()
 	a.next = now.Add(retryIn)
 	return retryIn
 }

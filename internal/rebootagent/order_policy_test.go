@@ -82,14 +82,26 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 	g.Expect(merge(person, `{"metadata":{"annotations":{"reboot.kubext.io/needed":"true"}}}`)).To(Succeed())
 	g.Expect(merge(person, `{"metadata":{"annotations":{"reboot.kubext.io/failed":null}}}`)).To(Succeed())
 
-	// The controller, under config/default's names and under another
-	// prefix and namespace; and break glass.
+	// The controller, by its exact service account as config/default
+	// names it; and break glass.
 	for _, c := range []client.Client{
 		impersonating(t, g, "system:serviceaccount:kubext-system:kubext-controller-manager", "system:serviceaccounts"),
-		impersonating(t, g, "system:serviceaccount:acme-system:acme-controller-manager", "system:serviceaccounts"),
 		impersonating(t, g, "jane@example.com", "reboot.kubext.io:break-glass"),
 	} {
 		g.Expect(merge(c, reboot, client.DryRunAll)).To(Succeed())
+	}
+	// Look-alikes are refused: the manager's name in a namespace anyone
+	// allowed to create service accounts there could own, another
+	// operator's controller-manager, the bare name, and the right
+	// namespace with another name.
+	for _, user := range []string{
+		"system:serviceaccount:tenant-a:kubext-controller-manager",
+		"system:serviceaccount:acme-system:acme-controller-manager",
+		"system:serviceaccount:kubext-system:controller-manager",
+		"system:serviceaccount:kubext-system:kubext-controller-manager-x",
+	} {
+		c := impersonating(t, g, user, "system:serviceaccounts")
+		g.Expect(merge(c, reboot, client.DryRunAll)).To(MatchError(ContainSubstring("only the kubext reboot controller may set or change")), user)
 	}
 }
 

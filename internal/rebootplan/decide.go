@@ -151,7 +151,17 @@ type Snapshot struct {
 	// its reboot was under way. Each counts against its group's budget until
 	// the controller lets it go at the group's reboot timeout.
 	Absent []Absent
-	Now    time.Time
+	// Held says, by group name, which of a group's healthGates fails and
+	// why (internal/rebootgate); such a group approves nothing.
+	Held map[string]Hold
+	Now  time.Time
+}
+
+// Hold is a failing health gate: its condition reason
+// (rebootv1.ReasonEvictedPodsNotReady, ...) and what was found.
+type Hold struct {
+	Reason  string
+	Message string
 }
 
 // Absent is a slot held for a node the snapshot cannot attribute by labels.
@@ -205,6 +215,8 @@ const (
 	// heartbeat lately, so nothing would reboot the node once drained; it
 	// would stay cordoned and end up stuck.
 	ReasonAgentNotAlive Reason = "AgentNotAlive"
+	// ReasonHealthGate: one of the group's healthGates fails.
+	ReasonHealthGate Reason = "HealthGate"
 )
 
 // Wait is a needing node that was not approved, and why, in a message fit
@@ -261,6 +273,8 @@ type GroupDecision struct {
 	NextWindow time.Time
 	// Paused and Halted reflect spec.paused and maxFailures.
 	Paused, Halted bool
+	// Held is the group's failing health gate, if any.
+	Held *Hold
 }
 
 // Decision is the outcome of Decide.
@@ -366,6 +380,9 @@ func Decide(s Snapshot) Decision {
 	var workers, cps []candidate
 	for _, g := range groups {
 		g.evaluate(s.Now, s.Absent)
+		if h, ok := s.Held[g.Name]; ok {
+			g.Held = &h
+		}
 		for _, n := range g.members {
 			if !n.Needs() || n.HoldsSlot() {
 				continue
@@ -596,6 +613,8 @@ func (g *group) blocked(n *Node, now time.Time) bool {
 		g.wait(n, ReasonHalted, "Halted after %d failures", maxFailures)
 	case !g.InWindow:
 		g.wait(n, ReasonOutsideWindow, "Outside maintenance window (next opens at %s)", g.NextWindow.UTC().Format(time.RFC3339))
+	case g.Held != nil:
+		g.wait(n, ReasonHealthGate, "Health gate holds the group (%s): %s", g.Held.Reason, g.Held.Message)
 	case n.Ready != corev1.ConditionTrue:
 		g.wait(n, ReasonNotReady, "Node is not Ready")
 	case n.BootID == "":

@@ -157,6 +157,24 @@ func checkInvariants(t *testing.T, s Snapshot) {
 		if len(g.Approved) > 0 && (g.Paused || g.Halted || !g.InWindow || g.Err != nil) {
 			t.Errorf("group %s approved %v while paused=%t halted=%t inWindow=%t err=%v", g.Name, g.Approved, g.Paused, g.Halted, g.InWindow, g.Err)
 		}
+		// Each node that asks and holds no slot is approved or told why it
+		// waits, once: the controller's status counts the needing nodes
+		// as the Waiting ones.
+		var asking, decided []string
+		for _, n := range before[g.Name] {
+			if n.Needs() && !n.HoldsSlot() {
+				asking = append(asking, n.Name)
+			}
+		}
+		decided = append(decided, g.Approved...)
+		for _, w := range g.Waiting {
+			decided = append(decided, w.Node)
+		}
+		slices.Sort(asking)
+		slices.Sort(decided)
+		if !slices.Equal(asking, decided) {
+			t.Errorf("group %s: nodes asking %v, approved or waiting %v", g.Name, asking, decided)
+		}
 	}
 	byName := map[string]Node{}
 	for _, n := range s.Nodes {

@@ -29,15 +29,17 @@ type PlannedNode struct {
 // back Ready before the next batch, and waiting for the next maintenance
 // window whenever nothing else can move. It returns the batches in order and
 // the needing nodes that would never be approved, with the reason (e.g.
-// paused, halted, stuck nodes holding the budget, overlapping groups). The
-// snapshot is not modified.
+// paused, halted, stuck nodes holding the budget, overlapping groups, a
+// health gate that holds the group now: when it will pass cannot be
+// foreseen, so its nodes are shown blocked by it). The snapshot is not
+// modified.
 func Plan(s Snapshot) ([]Batch, []Wait) {
 	nodes := make([]Node, len(s.Nodes))
 	for i, n := range s.Nodes {
 		n.Annotations = maps.Clone(n.Annotations)
 		nodes[i] = n
 	}
-	sim := Snapshot{Groups: s.Groups, Nodes: nodes, Now: s.Now}
+	sim := Snapshot{Groups: s.Groups, Nodes: nodes, Held: s.Held, Now: s.Now}
 	var batches []Batch
 	for range 2*len(nodes) + 16 {
 		d := Decide(sim)

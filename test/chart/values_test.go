@@ -108,6 +108,13 @@ func TestValuesReachTheManifests(t *testing.T) {
 	if b == nil || nested(b.Object, "spec", "policyName") != "acme-ip-agent-own-node.ip.kubext.io" {
 		t.Errorf("ip-agent policy binding not renamed with the prefix: %v", b)
 	}
+	// Only the release's manager orders reboots: the reboot-orders policy
+	// exempts its service account, by namespace and name.
+	rp := byKey["ValidatingAdmissionPolicy/acme-reboot-orders.reboot.kubext.io"]
+	if rp == nil || !strings.Contains(canonical(nested(rp.Object, "spec", "matchConditions")),
+		"system:serviceaccount:"+namespace+":acme-controller-manager") {
+		t.Errorf("reboot-orders policy does not exempt the release's manager (%s/acme-controller-manager): %v", namespace, rp)
+	}
 	for key := range byKey {
 		if strings.HasSuffix(key, "-editor-role") || strings.HasSuffix(key, "-viewer-role") {
 			t.Errorf("rbac.aggregatedRoles=false still renders %s", key)

@@ -37,6 +37,11 @@ const (
 	// kubext cordoned it) and is retried later. It turns False when a drain
 	// of the group completes.
 	ConditionDrainBlocked = "DrainBlocked"
+
+	// ConditionGateHeld is True while one of the group's healthGates fails,
+	// so no node of the group is approved; the reason names the gate and
+	// the message what it found. Set only on groups with healthGates.
+	ConditionGateHeld = "GateHeld"
 )
 
 // Reasons of the conditions of a RebootGroup.
@@ -75,6 +80,22 @@ const (
 
 	// ReasonDrained: the group's last drain completed.
 	ReasonDrained = "Drained"
+
+	// ReasonEvictedPodsNotReady: healthGates.evictedPodsReady holds: a
+	// workload that had pods evicted by the group's last drain has pods
+	// that are not Ready.
+	ReasonEvictedPodsNotReady = "EvictedPodsNotReady"
+
+	// ReasonDisruptionsNotAllowed: healthGates.podDisruptionBudgets holds:
+	// a PodDisruptionBudget in a selected namespace allows no disruption.
+	ReasonDisruptionsNotAllowed = "DisruptionsNotAllowed"
+
+	// ReasonSelectedPodsNotReady: healthGates.readyPods holds: a selected
+	// pod is not Ready, or none is selected.
+	ReasonSelectedPodsNotReady = "SelectedPodsNotReady"
+
+	// ReasonGatesPass: every health gate of the group passes.
+	ReasonGatesPass = "GatesPass"
 )
 
 // Weekday is a day of the week, in English.
@@ -173,6 +194,84 @@ type RebootGroupSpec struct {
 	// +kubebuilder:validation:Minimum=30
 	// +kubebuilder:validation:Maximum=86400
 	RebootTimeoutSeconds int32 `json:"rebootTimeoutSeconds,omitempty"`
+
+	// healthGates are checks on the cluster's workloads that must all pass
+	// before the next node of the group is approved (kured #277,
+	// system-upgrade-controller #169): while one fails the group's nodes
+	// wait (reason HealthGate), its GateHeld condition names the gate, and
+	// reboots already under way go on. Unset checks nothing.
+	// +optional
+	HealthGates *HealthGates `json:"healthGates,omitempty"`
+}
+
+// HealthGates are the checks a group makes before it approves the next
+// node. Each is off unless set.
+// +kubebuilder:validation:XValidation:rule="self.evictedPodsReady || has(self.podDisruptionBudgets) || has(self.readyPods)",message="spec.healthGates must set at least one gate: evictedPodsReady, podDisruptionBudgets or readyPods"
+type HealthGates struct {
+	// evictedPodsReady holds the group until the pods evicted by its last
+	// completed drain are Ready again somewhere: every pod of each workload
+	// (the pod's controller: a ReplicaSet, StatefulSet, ...) that had a
+	// pod evicted is Ready. A workload deleted since counts as ready.
+	// +optional
+	EvictedPodsReady bool `json:"evictedPodsReady,omitempty"`
+
+	// podDisruptionBudgets holds the group while a PodDisruptionBudget in
+	// one of the selected namespaces allows no disruption (its
+	// status.disruptionsAllowed is 0): a workload already at its limit
+	// would block the next drain, or the last drain's pods are not back.
+	// +optional
+	PodDisruptionBudgets *NamespacesGate `json:"podDisruptionBudgets,omitempty"`
+
+	// readyPods holds the group while a selected pod is not Ready, or no
+	// pod is selected at all (e.g. a database's members, a quorum).
+	// +optional
+	ReadyPods *PodsGate `json:"readyPods,omitempty"`
+}
+
+// NamespacesGate selects the namespaces a gate looks at.
+type NamespacesGate struct {
+	// namespaceSelector selects namespaces by label; empty ({}) selects
+	// every namespace.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.healthGates.podDisruptionBudgets.namespaceSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.healthGates.podDisruptionBudgets.namespaceSelector.matchExpressions[] with operator In or NotIn need at least one value"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.healthGates.podDisruptionBudgets.namespaceSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+}
+
+// PodsGate selects the pods a gate requires Ready.
+type PodsGate struct {
+	// namespaceSelector selects the namespaces, by label, the pods are
+	// looked for in; unset or empty looks in every namespace.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.healthGates.readyPods.namespaceSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.healthGates.readyPods.namespaceSelector.matchExpressions[] with operator In or NotIn need at least one value"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.healthGates.readyPods.namespaceSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// podSelector selects the pods by label; it must not be empty.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.healthGates.readyPods.podSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.healthGates.readyPods.podSelector.matchExpressions[] with operator In or NotIn need at least one value"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.healthGates.readyPods.podSelector.matchExpressions[] with operator Exists or DoesNotExist must not have values"
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.healthGates.readyPods.podSelector must not be empty: it would require every pod of the cluster to be Ready"
+	PodSelector metav1.LabelSelector `json:"podSelector"`
+}
+
+// WorkloadRef names the controller of pods: a ReplicaSet, StatefulSet, ...
+type WorkloadRef struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// +required
+	// +kubebuilder:validation:MaxLength=36
+	UID string `json:"uid"`
 }
 
 // MaintenanceWindow is a time of day, on some days of the week, in one time
@@ -308,17 +407,37 @@ type RebootGroupStatus struct {
 	// +optional
 	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
 
+	// lastDrain names the group's last node whose drain completed and the
+	// workloads whose pods it evicted, for healthGates.evictedPodsReady
+	// (kept here so that a new leader checks the same ones).
+	// +optional
+	LastDrain *DrainRecord `json:"lastDrain,omitempty"`
+
 	// observedGeneration is the metadata.generation this status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions are Ready (the summary), Paused, Halted, Overlapping and
-	// Stuck.
+	// conditions are Ready (the summary), Paused, Halted, Overlapping,
+	// Stuck, DrainBlocked and GateHeld.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DrainRecord is a completed drain: the node and the workloads whose pods
+// it evicted.
+type DrainRecord struct {
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// workloads are the controllers of the evicted pods (at most 100 are
+	// kept).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	Workloads []WorkloadRef `json:"workloads,omitempty"`
 }
 
 // RebootGroup is a set of nodes that kubext reboots in a rolling fashion, no

@@ -125,6 +125,15 @@ func TestRebootGroupValidation(t *testing.T) {
 		"negative maxFailures":        {spec: map[string]any{"maxFailures": int64(-1)}, want: "spec.maxFailures must not be negative; 0 means never halt"},
 		"zero maxFailures":            {spec: map[string]any{"maxFailures": int64(0)}},
 		"short rebootTimeout":         {spec: map[string]any{"rebootTimeoutSeconds": int64(5)}, want: "spec.rebootTimeoutSeconds: Invalid value"},
+		"gates":                       {spec: map[string]any{"healthGates": map[string]any{"evictedPodsReady": true, "podDisruptionBudgets": map[string]any{"namespaceSelector": map[string]any{}}, "readyPods": map[string]any{"namespaceSelector": map[string]any{"matchLabels": map[string]any{"team": "db"}}, "podSelector": map[string]any{"matchExpressions": []any{expr("app", "In", "db")}}}}}},
+		"gates one":                   {spec: map[string]any{"healthGates": map[string]any{"evictedPodsReady": true}}},
+		"gates none":                  {spec: map[string]any{"healthGates": map[string]any{}}, want: "spec.healthGates must set at least one gate"},
+		"gates evicted off only":      {spec: map[string]any{"healthGates": map[string]any{"evictedPodsReady": false}}, want: "spec.healthGates must set at least one gate"},
+		"gates pdb no selector":       {spec: map[string]any{"healthGates": map[string]any{"podDisruptionBudgets": map[string]any{}}}, want: "spec.healthGates.podDisruptionBudgets.namespaceSelector: Required value"},
+		"gates pdb bad op":            {spec: map[string]any{"healthGates": map[string]any{"podDisruptionBudgets": map[string]any{"namespaceSelector": map[string]any{"matchExpressions": []any{expr("team", "Gt", "1")}}}}}, want: "spec.healthGates.podDisruptionBudgets.namespaceSelector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist"},
+		"gates pods empty selector":   {spec: map[string]any{"healthGates": map[string]any{"readyPods": map[string]any{"podSelector": map[string]any{}}}}, want: "spec.healthGates.readyPods.podSelector must not be empty"},
+		"gates pods no selector":      {spec: map[string]any{"healthGates": map[string]any{"readyPods": map[string]any{}}}, want: "spec.healthGates.readyPods.podSelector: Required value"},
+		"gates pods In no values":     {spec: map[string]any{"healthGates": map[string]any{"readyPods": map[string]any{"podSelector": map[string]any{"matchExpressions": []any{expr("app", "In")}}}}}, want: "spec.healthGates.readyPods.podSelector.matchExpressions[] with operator In or NotIn need at least one value"},
 	}
 	i := 0
 	for name, tc := range tests {

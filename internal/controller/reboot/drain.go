@@ -13,10 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/kubectl/pkg/drain"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootgate"
 )
 
 const (
@@ -38,6 +42,8 @@ const (
 type drainOutcome struct {
 	node    string
 	blocked string // "" when it completed
+	// evicted are the workloads whose pods a completed drain evicted.
+	evicted []rebootv1.WorkloadRef
 }
 
 // drainer runs node drains in the background: a drain can take minutes and
@@ -45,13 +51,14 @@ type drainOutcome struct {
 // approval (the in-progress timestamp), so a drain left over from an earlier
 // approval of the same node is never taken for the current one.
 type drainer struct {
-	kube         kubernetes.Interface
-	wake         func()
-	firstBackoff time.Duration
+	kube kubernetes.Interface
+	wake func()
+	// timeouts is each node's wait after its consecutive timed-out drains
+	// (safe for concurrent use on its own).
+	timeouts *flowcontrol.Backoff
 
-	mu       sync.Mutex
-	runs     map[string]*drainRun
-	failures map[string]int // consecutive timed-out drains per node
+	mu   sync.Mutex
+	runs map[string]*drainRun
 }
 
 type drainRun struct {
@@ -60,13 +67,22 @@ type drainRun struct {
 	finished bool
 	err      error
 	took     time.Duration
+	// evicted are the workloads whose pods the drain evicted (or tried
+	// to).
+	evicted []rebootv1.WorkloadRef
 }
 
 func newDrainer(kube kubernetes.Interface, firstBackoff time.Duration, wake func()) *drainer {
 	if firstBackoff <= 0 {
 		firstBackoff = DefaultDrainBackoff
 	}
-	return &drainer{kube: kube, wake: wake, firstBackoff: firstBackoff, runs: map[string]*drainRun{}, failures: map[string]int{}}
+	// Doubling from the first wait, at most 32 times it and at most
+	// maxBackoff.
+	timeouts := flowcontrol.NewBackOff(firstBackoff, min(firstBackoff<<5, maxBackoff))
+	// A node's backoff lasts until its reboot is verified (reset), however
+	// long it waited: its next drain is as likely to time out as the last.
+	timeouts.HasExpiredFunc = func(time.Time, time.Time, time.Duration) bool { return false }
+	return &drainer{kube: kube, wake: wake, timeouts: timeouts, runs: map[string]*drainRun{}}
 }
 
 // start drains the node unless a drain for this approval already runs or
@@ -85,10 +101,10 @@ func (d *drainer) start(node, approval string, spec rebootv1.DrainSpec, timeLeft
 	d.runs[node] = run
 	go func() {
 		start := time.Now()
-		err := d.drain(ctx, node, spec)
+		evicted, err := d.drain(ctx, node, spec)
 		cancel()
 		d.mu.Lock()
-		run.finished, run.err, run.took = true, err, time.Since(start)
+		run.finished, run.err, run.took, run.evicted = true, err, time.Since(start), evicted
 		d.mu.Unlock()
 		d.wake()
 	}()
@@ -128,34 +144,25 @@ func (d *drainer) forgetAllBut(keep map[string]bool) {
 			delete(d.runs, node)
 		}
 	}
-	for node := range d.failures {
-		if !keep[node] && d.failures[node] == 0 {
-			delete(d.failures, node)
-		}
-	}
 }
 
 // backoff is how long a node waits after a timed-out drain: the first backoff,
 // doubling with each consecutive timeout, at most maxBackoff.
 func (d *drainer) backoff(node string) time.Duration {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	wait := d.firstBackoff << min(d.failures[node], 5)
-	d.failures[node]++
-	return min(wait, maxBackoff)
+	d.timeouts.Next(node, d.timeouts.Clock.Now())
+	return d.timeouts.Get(node)
 }
 
 // reset clears a node's backoff after a verified reboot.
 func (d *drainer) reset(node string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.failures, node)
+	d.timeouts.Reset(node)
 }
 
 // drain evicts the node's pods through the Eviction API, so that
 // PodDisruptionBudgets hold, leaving DaemonSet pods alone; it tries until
-// the context's deadline, then names what blocked it.
-func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpec) error {
+// the context's deadline, then names what blocked it. It returns the
+// workloads whose pods it evicted, for healthGates.evictedPodsReady.
+func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpec) ([]rebootv1.WorkloadRef, error) {
 	helper := &drain.Helper{
 		Ctx:                  ctx,
 		Client:               d.kube,
@@ -170,24 +177,31 @@ func (d *drainer) drain(ctx context.Context, node string, spec rebootv1.DrainSpe
 		helper.GracePeriodSeconds = int(*spec.GracePeriodSeconds)
 	}
 	var last error
-	for {
+	var evicted []corev1.Pod
+	// Try again drainRetry after each failed attempt until the context's
+	// deadline; each attempt may use what is left of it. An attempt is
+	// drain.RunNodeDrain, noting the pods it is about to evict.
+	err := wait.PollUntilContextCancel(ctx, drainRetry, true, func(context.Context) (bool, error) {
 		if helper.Timeout = remaining(ctx); helper.Timeout <= 0 {
-			break
+			return false, context.DeadlineExceeded
 		}
-		if last = drain.RunNodeDrain(helper, node); last == nil {
-			return nil
+		list, errs := helper.GetPodsForDeletion(node)
+		if errs != nil {
+			last = utilerrors.NewAggregate(errs)
+			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(drainRetry):
-			continue
-		}
-		break
+		evicted = append(evicted, list.Pods()...)
+		last = helper.DeleteOrEvictPods(list.Pods())
+		return last == nil, nil
+	})
+	workloads := rebootgate.Workloads(evicted)
+	if err == nil {
+		return workloads, nil
 	}
 	if errors.Is(context.Cause(ctx), context.Canceled) {
-		return errors.New("drain cancelled")
+		return workloads, errors.New("drain cancelled")
 	}
-	return d.blocker(node, last)
+	return workloads, d.blocker(node, last)
 }
 
 func remaining(ctx context.Context) time.Duration {

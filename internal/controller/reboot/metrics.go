@@ -1,10 +1,7 @@
 package reboot
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
@@ -53,9 +50,4 @@ var (
 func init() {
 	metrics.Registry.MustRegister(nodesNeeding, nodesInProgress, nodesUnavailable, nodesWaiting,
 		rebootSeconds, drainSeconds, decisionSeconds, drainTimeouts, verified)
-}
-
-func isConflict(err error) bool {
-	var status apierrors.APIStatus
-	return errors.As(err, &status) && apierrors.IsConflict(err)
 }

@@ -27,8 +27,7 @@ const (
 // its reboot, and verifies a rebooted one. It returns when the node's slot
 // became free if this step freed it, and notes when it is next due.
 func (r *Reconciler) advance(ctx context.Context, s *state, name string, g group, now time.Time, next *deadlines) (time.Time, error) {
-	n := s.nodes[name]
-	pn := rebootplan.NodeFrom(n)
+	n, pn := s.nodes[name], s.planned[name]
 	if !pn.HoldsSlot() {
 		if t, ok := annotationTime(n, rebootv1.AnnotationRetryAfter); ok {
 			next.at(t)
@@ -114,7 +113,7 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 		}
 		r.drains.forget(n.Name)
 		drainSeconds.Observe(res.took.Seconds())
-		r.drainOutcome[g.name] = drainOutcome{node: n.Name}
+		r.drainOutcome[g.name] = drainOutcome{node: n.Name, evicted: res.evicted}
 		r.event(c, g, corev1.EventTypeNormal, EventDrained, "Reboot",
 			"Node %s drained in %s; ordering its reboot", n.Name, res.took.Round(time.Millisecond))
 		next.at(now.Add(rebootTimeout(g.spec)))
@@ -299,4 +298,29 @@ func (r *Reconciler) event(n *corev1.Node, g group, typ, reason, action, format 
 		var related runtime.Object = n
 		r.Recorder.Eventf(g.object, related, typ, reason, action, format, args...)
 	}
+}
+
+// deadlines collects the earliest moment something is due without any
+// watch event announcing it (a soak ending, a reboot timing out, a retry or
+// a window opening).
+type deadlines struct {
+	now  time.Time
+	next time.Time
+}
+
+func newDeadlines(now time.Time) *deadlines { return &deadlines{now: now} }
+
+func (d *deadlines) at(t time.Time) {
+	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
+		d.next = t
+	}
+}
+
+func (d *deadlines) after(limit time.Duration) time.Duration {
+	if d.next.IsZero() || d.next.Sub(d.now) > limit {
+		return limit
+	}
+	// A few milliseconds late rather than early: timestamps are compared
+	// with the controller's clock.
+	return d.next.Sub(d.now) + 5*time.Millisecond
 }

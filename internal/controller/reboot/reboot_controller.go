@@ -15,11 +15,11 @@ package reboot
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -102,6 +102,9 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=reboot.kubext.io,resources=rebootgroups/status,verbs=get;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// Health gates: the namespaces a gate's namespaceSelector selects (pods and
+// PodDisruptionBudgets are read as for drains).
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=list
 // The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // The approvals ledger, one ConfigMap in the controller's namespace (create
@@ -145,6 +148,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 
+	if s.held, err = r.checkGates(ctx, s, decision, next); err != nil {
+		return r.retry(ctx, err)
+	}
 	decision = rebootplan.Decide(s.snapshot(now))
 	if len(decision.Approved) > 0 {
 		if r.beforeGrant != nil {
@@ -181,6 +187,13 @@ func (r *Reconciler) retry(ctx context.Context, err error) (ctrl.Result, error) 
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
 	}
 	return ctrl.Result{}, err
+}
+
+// isConflict says whether err is the API server refusing a write made over
+// an old version (a node, group or the ledger changed since it was read).
+func isConflict(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && apierrors.IsConflict(err)
 }
 
 // SetupWithManager registers the controller. Node and group changes from
@@ -260,39 +273,4 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// deadlines collects the earliest moment something is due without any
-// watch event announcing it (a soak ending, a reboot timing out, a retry or
-// a window opening).
-type deadlines struct {
-	now  time.Time
-	next time.Time
-}
-
-func newDeadlines(now time.Time) *deadlines { return &deadlines{now: now} }
-
-func (d *deadlines) at(t time.Time) {
-	if t.After(d.now) && (d.next.IsZero() || t.Before(d.next)) {
-		d.next = t
-	}
-}
-
-func (d *deadlines) after(limit time.Duration) time.Duration {
-	if d.next.IsZero() || d.next.Sub(d.now) > limit {
-		return limit
-	}
-	// A few milliseconds late rather than early: timestamps are compared
-	// with the controller's clock.
-	return d.next.Sub(d.now) + 5*time.Millisecond
-}
-
-// names are the nodes in a stable order.
-func (s *state) names() []string {
-	names := make([]string, 0, len(s.nodes))
-	for name := range s.nodes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
 }

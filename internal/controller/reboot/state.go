@@ -3,6 +3,7 @@ package reboot
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +20,11 @@ import (
 // API server returns after each patch, so later steps of the same reconcile
 // decide on what is really stored.
 type state struct {
-	nodes  map[string]*corev1.Node
-	groups []rebootv1.RebootGroup
+	nodes map[string]*corev1.Node
+	// planned is the planner's view of each node (rebootplan.NodeFrom),
+	// made once per read and again whenever a patch replaces the node.
+	planned map[string]rebootplan.Node
+	groups  []rebootv1.RebootGroup
 	// pods on each node, read only when some group has a
 	// blockingPodSelector.
 	pods map[string][]rebootplan.Pod
@@ -31,6 +35,8 @@ type state struct {
 	// agents is the reboot-agents' heartbeat tracker; nil when the
 	// controller does not check them.
 	agents *heartbeat.Tracker
+	// held are the groups a health gate holds (gates.go).
+	held map[string]rebootplan.Hold
 }
 
 // read lists nodes and groups from the API server (not the cache).
@@ -47,9 +53,10 @@ func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), groups: groups.Items, ledger: l, agents: r.Agents}
+	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), planned: make(map[string]rebootplan.Node, len(nodes.Items)),
+		groups: groups.Items, ledger: l, agents: r.Agents}
 	for i := range nodes.Items {
-		s.nodes[nodes.Items[i].Name] = &nodes.Items[i]
+		s.setNode(&nodes.Items[i])
 	}
 	if s.needPods() {
 		var pods corev1.PodList
@@ -79,9 +86,9 @@ func (s *state) needPods() bool {
 
 // snapshot is the planner's view of the state.
 func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
-	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Absent: s.absent, Now: now}
+	snap := rebootplan.Snapshot{Groups: s.groups, Nodes: make([]rebootplan.Node, 0, len(s.nodes)), Absent: s.absent, Held: s.held, Now: now}
 	for _, name := range s.names() {
-		n := rebootplan.NodeFrom(s.nodes[name])
+		n := s.planned[name]
 		n.Pods = s.pods[name]
 		// A grant the node does not show yet still holds its slot.
 		if sl, ok := s.ledger.slots[name]; ok && !sl.Confirmed {
@@ -109,11 +116,21 @@ func (s *state) agentDown(node string, now time.Time) (bool, string) {
 	return true, fmt.Sprintf("no renewal of its heartbeat Lease %s seen", lease)
 }
 
+// names are the nodes in a stable order.
+func (s *state) names() []string {
+	names := make([]string, 0, len(s.nodes))
+	for name := range s.nodes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // slotHolders are the nodes approved and not yet verified.
 func (s *state) slotHolders() map[string]bool {
 	out := map[string]bool{}
-	for name, n := range s.nodes {
-		if rebootplan.NodeFrom(n).HoldsSlot() {
+	for name, n := range s.planned {
+		if n.HoldsSlot() {
 			out[name] = true
 		}
 	}
@@ -165,8 +182,15 @@ func (r *Reconciler) patchNode(ctx context.Context, s *state, orig, changed *cor
 	if err := r.Patch(ctx, changed, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching node %s: %w", orig.Name, err)
 	}
-	s.nodes[changed.Name] = changed
+	s.setNode(changed)
 	return nil
+}
+
+// setNode records a node as the API server stores it, with its planner's
+// view.
+func (s *state) setNode(n *corev1.Node) {
+	s.nodes[n.Name] = n
+	s.planned[n.Name] = rebootplan.NodeFrom(n)
 }
 
 // readySince is when the node's Ready condition last turned True, or zero

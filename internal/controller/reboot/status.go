@@ -8,14 +8,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/rebootplan"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // announce emits an Event on each node that waits, once per reason, e.g.
@@ -48,13 +46,9 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 	nodesUnavailable.Reset()
 	nodesWaiting.Reset()
 	for _, gd := range d.Groups {
-		needing := 0
-		for _, name := range gd.Nodes {
-			pn := rebootplan.NodeFrom(s.nodes[name])
-			if pn.Needs() && !pn.HoldsSlot() {
-				needing++
-			}
-		}
+		// Every node that asks and holds no slot was either approved (it
+		// holds one now) or told why it waits.
+		needing := len(gd.Waiting)
 		nodesNeeding.WithLabelValues(gd.Name).Set(float64(needing))
 		nodesInProgress.WithLabelValues(gd.Name).Set(float64(len(gd.Rebooting)))
 		nodesUnavailable.WithLabelValues(gd.Name).Set(float64(len(gd.Unavailable)))
@@ -76,7 +70,17 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 	return nil
 }
 
+// groupStatus says where a RebootGroup keeps its status, for statuspatch.
+func groupStatus(rg *rebootv1.RebootGroup) (any, *int64) {
+	return rg.Status, &rg.Status.ObservedGeneration
+}
+
+// patchGroupStatus writes what the decision found for the group: through
+// statuspatch, so only when it changed, over the version it was read at,
+// with observedGeneration set (every decision is made for the generation
+// read), a group deleted meanwhile being no error.
 func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) error {
+	status := statuspatch.New(r.Client, rg, groupStatus)
 	updated := rg.DeepCopy()
 	st := &updated.Status
 	st.Nodes = int32(len(gd.Nodes))
@@ -91,19 +95,11 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	if needing > 0 && !gd.NextWindow.IsZero() {
 		st.NextWindow = &metav1.Time{Time: gd.NextWindow}
 	}
-	st.ObservedGeneration = rg.Generation
+	if o, ok := r.drainOutcome[rg.Name]; ok && o.blocked == "" {
+		st.LastDrain = r.lastDrain(rg)
+	}
 	r.setConditions(updated, gd, needing)
-	if equality.Semantic.DeepEqual(rg.Status, updated.Status) {
-		return nil
-	}
-	err := r.Status().Patch(ctx, updated, client.MergeFromWithOptions(rg, client.MergeFromWithOptimisticLock{}))
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("patching status of reboot group %s: %w", rg.Name, err)
-	}
-	return nil
+	return status.Patch(ctx, updated, nil)
 }
 
 func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) {
@@ -143,6 +139,16 @@ func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.Group
 	}
 
 	switch {
+	case rg.Spec.HealthGates == nil:
+		meta.RemoveStatusCondition(&rg.Status.Conditions, rebootv1.ConditionGateHeld)
+	case gd.Held != nil:
+		set(rebootv1.ConditionGateHeld, metav1.ConditionTrue, gd.Held.Reason, gd.Held.Message)
+	default:
+		set(rebootv1.ConditionGateHeld, metav1.ConditionFalse, rebootv1.ReasonGatesPass, pick(needing > 0,
+			"Every health gate passes", "No node waits for approval; the gates are checked when one does"))
+	}
+
+	switch {
 	case gd.Err != nil:
 		set(rebootv1.ConditionReady, metav1.ConditionFalse, rebootv1.ReasonInvalidSpec, gd.Err.Error())
 	case gd.Paused:
@@ -156,6 +162,9 @@ func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.Group
 	case needing > 0 && !gd.InWindow:
 		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonOutsideWindow,
 			fmt.Sprintf("%d node(s) wait for the next maintenance window at %s", needing, gd.NextWindow.UTC().Format(time.RFC3339)))
+	case needing > 0 && gd.Held != nil:
+		set(rebootv1.ConditionReady, metav1.ConditionTrue, gd.Held.Reason,
+			fmt.Sprintf("%d node(s) wait for a health gate: %s", needing, gd.Held.Message))
 	case needing > 0 || len(gd.Rebooting) > 0:
 		set(rebootv1.ConditionReady, metav1.ConditionTrue, rebootv1.ReasonRollingOut,
 			fmt.Sprintf("%d rebooting (%s), %d waiting, %d of %d unavailable (max %d)", len(gd.Rebooting),

@@ -25,8 +25,8 @@ type statusReport struct {
 type groupReport struct {
 	Name     string `json:"name"`
 	Implicit bool   `json:"implicit,omitempty"`
-	// State is Paused, Halted, Invalid, OutsideWindow, RollingOut, Waiting
-	// or Idle; StateMessage says more when there is more to say.
+	// State is Paused, Halted, Invalid, OutsideWindow, RollingOut,
+	// GateHeld, Waiting or Idle; StateMessage says more when there is more to say.
 	State          string   `json:"state"`
 	StateMessage   string   `json:"stateMessage,omitempty"`
 	Nodes          int      `json:"nodes"`

@@ -16,6 +16,7 @@ import (
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
+	"github.com/kubext/kubext/internal/rebootgate"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -55,6 +56,21 @@ func read(ctx context.Context, c client.Reader, now time.Time) (*cluster, error)
 		pn := rebootplan.NodeFrom(n)
 		pn.Pods = pods[n.Name]
 		cl.snapshot.Nodes = append(cl.snapshot.Nodes, pn)
+	}
+	// The health gates, checked as the controller checks them (it does
+	// so only while a node of the group waits; so does the result here).
+	for i := range groups.Items {
+		g := &groups.Items[i]
+		h, err := rebootgate.Check(ctx, c, g, g.Status.LastDrain)
+		if err != nil {
+			return nil, fmt.Errorf("checking the health gates of RebootGroup %s: %w", g.Name, err)
+		}
+		if h != nil {
+			if cl.snapshot.Held == nil {
+				cl.snapshot.Held = map[string]rebootplan.Hold{}
+			}
+			cl.snapshot.Held[g.Name] = *h
+		}
 	}
 	// The reboot-agents' heartbeats, as the controller checks them. Not
 	// allowed to list Leases: shown as alive, as before heartbeats.
@@ -244,6 +260,8 @@ func groupSummary(g *rebootplan.GroupDecision) string {
 		return "RollingOut"
 	case !g.InWindow && !g.NextWindow.IsZero():
 		return "OutsideWindow: next opens " + stamp(g.NextWindow)
+	case g.Held != nil && len(g.Waiting) > 0:
+		return "GateHeld: " + g.Held.Reason + ": " + g.Held.Message
 	case len(g.Waiting) > 0 || len(g.Approved) > 0:
 		return "Waiting"
 	}

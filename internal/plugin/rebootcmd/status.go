@@ -40,7 +40,8 @@ For each group: its nodes, its budget (maxUnavailable resolved against the
 group's size) and how many nodes are unavailable for any reason, how many
 need a reboot, are rebooting, are done, failed or stuck, and the nodes
 rebooting now. STATE is Paused, Halted, Invalid, OutsideWindow, RollingOut,
-Waiting or Idle.
+GateHeld (a health gate holds the group's waiting nodes; the gate and what
+it found follow), Waiting or Idle.
 
 For each node with a reboot annotation: Needed (waits for approval, with the
 reason), Approved, Draining, Rebooting, Soaking (back with a new boot ID,
