@@ -24,10 +24,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubext/kubext/test/lab/labnet"
+	"github.com/kubext/kubext/test/repo"
 )
 
 // KubeVersion is the Kubernetes version the lab's control plane is built at.
-const KubeVersion = "v1.36.3"
+const KubeVersion = repo.KubeVersion
 
 // Options say what lab to bring up. The zero value of every field but Name
 // has a usable default.
@@ -308,27 +309,5 @@ func (l *Lab) Clientset() (*kubernetes.Clientset, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// RepoRoot finds the root of the kubext repository from the working
-// directory, so that tests run from any package find bin/ and config/.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			len(data) > 0 && containsModule(data) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("lab: not inside the kubext repository (no go.mod of github.com/kubext/kubext found)")
-		}
-		dir = parent
-	}
-}
-
-func containsModule(gomod []byte) bool {
-	const want = "module github.com/kubext/kubext\n"
-	return len(gomod) >= len(want) && string(gomod[:len(want)]) == want
-}
+// RepoRoot finds the root of the kubext repository (repo.Root).
+func RepoRoot() (string, error) { return repo.Root() }

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/repo"
 )
 
 // Env is a running envtest control plane.
@@ -39,11 +39,11 @@ type Env struct {
 // config/crd/bases. It fails with a clear message when the binaries have
 // not been built.
 func Start() (*Env, error) {
-	root, err := lab.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return nil, err
 	}
-	bin := filepath.Join(root, "bin", "k8s-"+lab.KubeVersion)
+	bin := filepath.Join(root, "bin", "k8s-"+repo.KubeVersion)
 	if os.Getenv("TEST_ASSET_KUBE_APISERVER") == "" {
 		if _, err := os.Stat(filepath.Join(bin, "kube-apiserver")); err != nil {
 			return nil, fmt.Errorf("kube-apiserver not found in %s: run `make tools` (or `make test`)", bin)
@@ -67,7 +67,7 @@ func Start() (*Env, error) {
 // YAML files (paths relative to the repository root), e.g. the admission
 // policies in config/policy.
 func (e *Env) Apply(ctx context.Context, files ...string) error {
-	root, err := lab.RepoRoot()
+	root, err := repo.Root()
 	if err != nil {
 		return err
 	}
