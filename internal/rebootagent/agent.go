@@ -1,20 +1,18 @@
 package rebootagent
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
@@ -299,24 +297,21 @@ func statSentinel(path string) (Sentinel, error) {
 // HostBootTime reads when the machine booted from /proc/stat (btime), on the
 // same clock as file modification times. /proc/stat is not namespaced, so
 // in a container it is the host's boot.
-func HostBootTime() (time.Time, error) {
-	data, err := os.ReadFile("/proc/stat")
+func HostBootTime() (time.Time, error) { return bootTimeFrom(procfs.DefaultMountPoint) }
+
+// bootTimeFrom reads btime from the stat file of the proc file system
+// mounted at mount.
+func bootTimeFrom(mount string) (time.Time, error) {
+	proc, err := procfs.NewFS(mount)
 	if err != nil {
 		return time.Time{}, err
 	}
-	return parseBootTime(data)
-}
-
-func parseBootTime(stat []byte) (time.Time, error) {
-	sc := bufio.NewScanner(bytes.NewReader(stat))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "btime "); ok {
-			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("btime %q: %w", v, err)
-			}
-			return time.Unix(secs, 0), nil
-		}
+	st, err := proc.Stat()
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading %s/stat: %w", mount, err)
 	}
-	return time.Time{}, errors.New("no btime in /proc/stat")
+	if st.BootTime == 0 {
+		return time.Time{}, fmt.Errorf("no btime in %s/stat", mount)
+	}
+	return time.Unix(int64(st.BootTime), 0), nil
 }

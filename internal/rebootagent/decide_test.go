@@ -3,6 +3,7 @@ package rebootagent
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -131,15 +132,22 @@ func TestAttempts(t *testing.T) {
 	}
 }
 
-func TestParseBootTime(t *testing.T) {
-	got, err := parseBootTime([]byte("cpu  1 2 3\nintr 5\nbtime 1767225600\nprocesses 9\n"))
-	if err != nil || !got.Equal(time.Unix(1767225600, 0)) {
-		t.Fatalf("parseBootTime = %s, %v", got, err)
+func TestBootTime(t *testing.T) {
+	proc := func(stat string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
-	if _, err := parseBootTime([]byte("cpu 1\n")); err == nil {
+	got, err := bootTimeFrom(proc("cpu  1 2 3 4 5 6 7 8 9 10\nintr 5\nbtime 1767225600\nprocesses 9\n"))
+	if err != nil || !got.Equal(time.Unix(1767225600, 0)) {
+		t.Fatalf("bootTimeFrom = %s, %v", got, err)
+	}
+	if _, err := bootTimeFrom(proc("cpu  1 2 3 4 5 6 7 8 9 10\n")); err == nil {
 		t.Fatal("no btime must be an error")
 	}
-	if _, err := parseBootTime([]byte("btime soon\n")); err == nil {
+	if _, err := bootTimeFrom(proc("btime soon\n")); err == nil {
 		t.Fatal("a malformed btime must be an error")
 	}
 	if bt, err := HostBootTime(); err != nil || bt.After(time.Now()) || bt.Before(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) {
