@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -105,17 +106,7 @@ func compareAssignments(a, b Assignment) int {
 	if c := a.Address.Compare(b.Address); c != 0 {
 		return c
 	}
-	return compareStrings(a.Interface, b.Interface)
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return strings.Compare(a.Interface, b.Interface)
 }
 
 // resolve validates desired and finds each assignment's uplink: the named

@@ -3,6 +3,7 @@ package witness
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -93,7 +94,7 @@ func (w *Witness) Tick(now time.Time) []Hold {
 			out = append(out, Hold{Node: node, Gen: h.gen})
 		}
 	}
-	slices.SortFunc(out, func(a, b Hold) int { return compareStrings(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b Hold) int { return strings.Compare(a.Node, b.Node) })
 	return out
 }
 
@@ -104,13 +105,3 @@ func (w *Witness) Declared() map[string]Gen { return maps.Clone(w.declared) }
 // Forget drops what the witness knows of a node that no longer exists.
 // Its declaration stays: forgetting it could let a stale probe be vouched.
 func (w *Witness) Forget(node string) { delete(w.heard, node) }
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
