@@ -192,20 +192,6 @@ func plugVeth(side *netlink.Handle, where, link, podNamespace string, addr, src 
 	}
 	defer ph.Close()
 
-	// Created on side, with the peer moved to the pod's namespace.
-	la := netlink.NewLinkAttrs()
-	la.Name = link
-	if err := side.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
-		return fmt.Errorf("add veth %s %s: %w", link, where, err)
-	}
-	host, err := side.LinkByName(link)
-	if err != nil {
-		return err
-	}
-	if err := side.LinkSetUp(host); err != nil {
-		return fmt.Errorf("set %s up: %w", link, err)
-	}
-
 	lo, err := ph.LinkByName("lo")
 	if err != nil {
 		return err
@@ -213,25 +199,13 @@ func plugVeth(side *netlink.Handle, where, link, podNamespace string, addr, src 
 	if err := ph.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("set lo up: %w", err)
 	}
-	eth0, err := ph.LinkByName("eth0")
+	host, eth0, err := addVeth(side, ph, podNS, where, link, "eth0", addr)
 	if err != nil {
 		return err
 	}
-	if err := ph.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(addr, 32)}); err != nil {
-		return fmt.Errorf("address %s on eth0: %w", addr, err)
-	}
-	if err := ph.LinkSetUp(eth0); err != nil {
-		return fmt.Errorf("set eth0 up: %w", err)
-	}
 	gw := net.IP(podGateway.AsSlice())
-	if err := ph.NeighAdd(&netlink.Neigh{
-		LinkIndex: eth0.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-		IP: gw, HardwareAddr: host.Attrs().HardwareAddr,
-	}); err != nil {
-		return fmt.Errorf("neighbour %s on eth0: %w", podGateway, err)
-	}
-	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: ipNet(podGateway, 32), Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("route to %s: %w", podGateway, err)
+	if err := neighbourGateway(ph, eth0, host, podGateway); err != nil {
+		return err
 	}
 	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw}); err != nil {
 		return fmt.Errorf("default route via %s: %w", podGateway, err)
@@ -437,6 +411,51 @@ func forgetUnresolvedOn(h *netlink.Handle, linkIndex int) error {
 		if err := h.NeighDel(&nb); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("labnet: delete neighbour %s: %w", nb.IP, err)
 		}
+	}
+	return nil
+}
+
+// addVeth creates the veth pair link (on side) - peer (moved into the pod's
+// namespace podNS, with addr/32 if addr is valid), and sets both ends up;
+// where names side's namespace in errors.
+func addVeth(side, ph *netlink.Handle, podNS netns.NsHandle, where, link, peer string, addr netip.Addr) (host, inPod netlink.Link, err error) {
+	la := netlink.NewLinkAttrs()
+	la.Name = link
+	if err := side.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: peer, PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
+		return nil, nil, fmt.Errorf("add veth %s %s: %w", link, where, err)
+	}
+	if host, err = side.LinkByName(link); err != nil {
+		return nil, nil, err
+	}
+	if err := side.LinkSetUp(host); err != nil {
+		return nil, nil, fmt.Errorf("set %s up: %w", link, err)
+	}
+	if inPod, err = ph.LinkByName(peer); err != nil {
+		return nil, nil, err
+	}
+	if addr.IsValid() {
+		if err := ph.AddrAdd(inPod, &netlink.Addr{IPNet: ipNet(addr, 32)}); err != nil {
+			return nil, nil, fmt.Errorf("address %s on %s: %w", addr, peer, err)
+		}
+	}
+	if err := ph.LinkSetUp(inPod); err != nil {
+		return nil, nil, fmt.Errorf("set %s up: %w", peer, err)
+	}
+	return host, inPod, nil
+}
+
+// neighbourGateway makes the link-local next hop gw, on the pod's link
+// inPod, the host end of the pair: a permanent neighbour entry with its
+// hardware address, and a route to gw through inPod.
+func neighbourGateway(ph *netlink.Handle, inPod, host netlink.Link, gw netip.Addr) error {
+	if err := ph.NeighAdd(&netlink.Neigh{
+		LinkIndex: inPod.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		IP: net.IP(gw.AsSlice()), HardwareAddr: host.Attrs().HardwareAddr,
+	}); err != nil {
+		return fmt.Errorf("neighbour %s on %s: %w", gw, inPod.Attrs().Name, err)
+	}
+	if err := ph.RouteAdd(&netlink.Route{LinkIndex: inPod.Attrs().Index, Dst: ipNet(gw, 32), Scope: netlink.SCOPE_LINK}); err != nil {
+		return fmt.Errorf("route to %s: %w", gw, err)
 	}
 	return nil
 }

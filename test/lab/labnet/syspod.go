@@ -176,34 +176,15 @@ func (n *Network) ConnectSystemPod(pod, node string, addr netip.Addr) (err error
 	}
 
 	link := systemPodNodeLink(pod)
-	la := netlink.NewLinkAttrs()
-	la.Name = link
-	if err := nh.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth1", PeerNamespace: netlink.NsFd(int(podNS))}); err != nil {
-		return fmt.Errorf("add veth %s in %s: %w", link, m.Namespace, err)
-	}
-	host, err := nh.LinkByName(link)
+	// eth1 has no address of its own: the pod's is on eth0, and eth1's
+	// route names it as the source.
+	host, eth1, err := addVeth(nh, ph, podNS, "in "+m.Namespace, link, "eth1", netip.Addr{})
 	if err != nil {
 		return err
-	}
-	if err := nh.LinkSetUp(host); err != nil {
-		return fmt.Errorf("set %s up: %w", link, err)
-	}
-	eth1, err := ph.LinkByName("eth1")
-	if err != nil {
-		return err
-	}
-	if err := ph.LinkSetUp(eth1); err != nil {
-		return fmt.Errorf("set eth1 up: %w", err)
 	}
 	gw := net.IP(systemPodGateway.AsSlice())
-	if err := ph.NeighAdd(&netlink.Neigh{
-		LinkIndex: eth1.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
-		IP: gw, HardwareAddr: host.Attrs().HardwareAddr,
-	}); err != nil {
-		return fmt.Errorf("neighbour %s on eth1: %w", systemPodGateway, err)
-	}
-	if err := ph.RouteAdd(&netlink.Route{LinkIndex: eth1.Attrs().Index, Dst: ipNet(systemPodGateway, 32), Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("route to %s: %w", systemPodGateway, err)
+	if err := neighbourGateway(ph, eth1, host, systemPodGateway); err != nil {
+		return err
 	}
 	if err := ph.RouteAdd(&netlink.Route{
 		LinkIndex: eth1.Attrs().Index, Dst: ipNet(n.PodSubnet.Addr(), n.PodSubnet.Bits()), Gw: gw, Src: net.IP(addr.AsSlice()),
