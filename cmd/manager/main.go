@@ -15,13 +15,10 @@ import (
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -30,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/kubext/kubext/internal/cachetrim"
 	"github.com/kubext/kubext/internal/version"
 	ipwebhook "github.com/kubext/kubext/internal/webhook/ip"
 	"github.com/kubext/kubext/internal/webhookcert"
@@ -167,10 +165,9 @@ func run(ctx context.Context, args []string) error {
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the node agents' heartbeats, not every Lease in the cluster.
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{ctrlOpts.heartbeatNamespace: {}}},
-		}},
+		// Only the node agents' heartbeats of all Leases, and of Pods and
+		// Nodes only what the controllers read.
+		Cache: cachetrim.Options(ctrlOpts.heartbeatNamespace),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

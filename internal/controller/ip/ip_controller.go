@@ -199,9 +199,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&ipv1.IP{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToIP), builder.WithPredicates(claims)).
 		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.ipAddressToIPs)).
-		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allIPs), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToIPs))).
+		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs), builder.WithPredicates(poolChanged)).
+		Watches(&corev1.Node{}, r.nodeEvents()).
+		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.heartbeatToIPs))).
 		Complete(r)
 }
 
