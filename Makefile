@@ -126,6 +126,10 @@ bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: 
 bench-failover: tools build ## Static IP: downtime when the holder's node dies (20 trials), attach latency; PROVIDER=aws on the lab's VPC model. Needs root.
 	$(LAB_LOCK) go run ./test/bench/failover $(if $(PROVIDER),-provider $(PROVIDER))
 
+.PHONY: bench-scale
+bench-scale: tools build ## Static IP at scale: NODES kwok nodes (default 1000) with light agents, IPS IPs and claiming pods (default 10000): convergence vs the floor, writes per node, memory.
+	$(LAB_LOCK) go run ./test/bench/scale $(if $(NODES),-nodes $(NODES)) $(if $(IPS),-ips $(IPS))
+
 .PHONY: bench-redis
 bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, or a scale down removes it (TRIALS per kind, default 10). Needs root.
 	go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))

@@ -70,6 +70,8 @@ func run(ctx context.Context, args []string) error {
 		enableWebhooks bool
 		webhookPort    int
 		webhookCertDir string
+		apiQPS         float64
+		apiBurst       int
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the metrics endpoint binds to, e.g. :8443 (with --metrics-secure) or :8080; 0 disables it.")
@@ -97,6 +99,9 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on (with --enable-webhooks).")
 	fs.StringVar(&webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"),
 		"Directory holding the webhook server's certificate and key, tls.crt and tls.key (with --enable-webhooks).")
+	fs.Float64Var(&apiQPS, "kube-api-qps", 100,
+		"Requests per second the manager's client may make to the API server (client-go's default of 20 takes minutes to place thousands of IPs).")
+	fs.IntVar(&apiBurst, "kube-api-burst", 200, "Burst of the manager's client above --kube-api-qps.")
 	var hook webhookFlags
 	hook.bind(fs)
 	var ctrlOpts options
@@ -142,6 +147,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = float32(apiQPS), apiBurst
 	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
 	}
