@@ -73,6 +73,8 @@ type Reconciler struct {
 	refusals map[string]struct{}
 
 	aws awsState
+	// picking keeps the workers from racing each other for one address.
+	picking picking
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -185,6 +187,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ip"))
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
+	r.picking.now = r.now
 	r.aws.init()
 	ipReady.use(mgr.GetCache())
 	if err := addIndexes(ctx, mgr); err != nil {
