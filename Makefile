@@ -133,6 +133,10 @@ bench-failover-keepalived: tools build ## Static IP failover of keepalived on th
 	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 100ms -trials $(or $(TRIALS),20)
 	$(LAB_LOCK) go run ./test/bench/failover -peer keepalived -vrrp-version 3 -advert 10ms -trials $(or $(TRIALS),20)
 
+.PHONY: bench-scale
+bench-scale: tools build ## Static IP at scale: NODES kwok nodes (default 1000) with light agents, IPS IPs and claiming pods (default 10000): convergence vs the floor, writes per node, memory.
+	$(LAB_LOCK) go run ./test/bench/scale $(if $(NODES),-nodes $(NODES)) $(if $(IPS),-ips $(IPS))
+
 .PHONY: bench-redis
 bench-redis: tools build ## Redis: write gap and acknowledged writes lost when the primary's process or node dies, a scale down removes it, or kubext reboots its node (TRIALS per kind, default 10). Needs root.
 	$(LAB_LOCK) go run ./test/bench/redis $(if $(TRIALS),-trials $(TRIALS))

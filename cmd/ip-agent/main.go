@@ -14,15 +14,11 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -123,10 +119,9 @@ func run(ctx context.Context, args []string) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only this node's pods.
-			&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
-		}},
+		// Only this node's pods and Node, and the IPPools; the IPs that
+		// name this node have caches of their own (SetupWithManager).
+		Cache: ipagent.CacheOptions(node),
 	})
 	if err != nil {
 		return err
@@ -167,6 +162,16 @@ func run(ctx context.Context, args []string) error {
 		Interface: iface,
 		Resync:    resync,
 	}
+	if err := agent.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	// A node that no pool selects and no IP names renews nothing; when
+	// that changes it renews at once, so that the controller can place
+	// IPs here.
+	duty, err := agent.NewDuty(mgr, func() { hb.Wake() })
+	if err != nil {
+		return err
+	}
 	hb, err = heartbeat.New(heartbeat.Config{
 		Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
 		Namespace:     namespace,
@@ -187,7 +192,8 @@ func run(ctx context.Context, args []string) error {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
-		Log: ctrl.Log.WithName("heartbeat"),
+		Needed: duty.Needed,
+		Log:    ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err
@@ -196,14 +202,12 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.Add(hb); err != nil {
 		return err
 	}
-	if err := agent.SetupWithManager(mgr); err != nil {
-		return err
-	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("heartbeat", func(*http.Request) error {
-		if !hb.Held() {
+		// A node with nothing to do holds nothing, and is ready.
+		if !hb.Held() && duty.Needed() {
 			return errors.New("heartbeat lease not held")
 		}
 		return nil

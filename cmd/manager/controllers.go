@@ -30,6 +30,7 @@ type options struct {
 	// heartbeatNamespace holds the node agents' heartbeat Leases.
 	heartbeatNamespace string
 	ipDeleteStalePods  bool
+	ipWorkers          int
 	rebootDrainBackoff time.Duration
 	rebootLedgerName   string
 	// rebootRequireAgent: approve only nodes whose reboot-agent renews its
@@ -53,6 +54,8 @@ func (o *options) bindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.ipDeleteStalePods, "ip-delete-stale-pods", false,
 		"Delete pods that claim an IP on a node whose agent is lost when no standby can take over, "+
 			"so that they are recreated elsewhere at once instead of after the 5-minute eviction.")
+	fs.IntVar(&o.ipWorkers, "ip-workers", 8,
+		"IPs reconciled at once. Each reconcile mostly waits on the API server; with thousands of IPs, more workers (and --kube-api-qps) converge faster.")
 	fs.StringVar(&o.rebootLedgerName, "reboot-ledger-name", reboot.DefaultLedgerName,
 		"Name of the reboot controller's approvals ledger, a ConfigMap in --heartbeat-namespace (the manager's Role grants it by name).")
 	fs.BoolVar(&o.rebootRequireAgent, "reboot-require-agent-heartbeat", false,
@@ -86,6 +89,7 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 		Recorder:        mgr.GetEventRecorder("ip-controller"),
 		Health:          heartbeat.NewTracker(ipv1.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
 		DeleteStalePods: o.ipDeleteStalePods,
+		Workers:         o.ipWorkers,
 	}
 	aws, err := o.aws.provider(ctx)
 	if err != nil {

@@ -15,13 +15,10 @@ import (
 	"strings"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -30,6 +27,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/kubext/kubext/internal/cachetrim"
 	"github.com/kubext/kubext/internal/version"
 	ipwebhook "github.com/kubext/kubext/internal/webhook/ip"
 	"github.com/kubext/kubext/internal/webhookcert"
@@ -72,6 +70,8 @@ func run(ctx context.Context, args []string) error {
 		enableWebhooks bool
 		webhookPort    int
 		webhookCertDir string
+		apiQPS         float64
+		apiBurst       int
 	)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080",
 		"Address the metrics endpoint binds to, e.g. :8443 (with --metrics-secure) or :8080; 0 disables it.")
@@ -99,6 +99,9 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&webhookPort, "webhook-port", 9443, "Port the webhook server listens on (with --enable-webhooks).")
 	fs.StringVar(&webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"),
 		"Directory holding the webhook server's certificate and key, tls.crt and tls.key (with --enable-webhooks).")
+	fs.Float64Var(&apiQPS, "kube-api-qps", 100,
+		"Requests per second the manager's client may make to the API server (client-go's default of 20 takes minutes to place thousands of IPs).")
+	fs.IntVar(&apiBurst, "kube-api-burst", 200, "Burst of the manager's client above --kube-api-qps.")
 	var hook webhookFlags
 	hook.bind(fs)
 	var ctrlOpts options
@@ -144,6 +147,7 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = float32(apiQPS), apiBurst
 	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
 		return err
 	}
@@ -167,10 +171,9 @@ func run(ctx context.Context, args []string) error {
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
 		WebhookServer:                 webhook.NewServer(webhook.Options{Port: webhookPort, CertDir: webhookCertDir, TLSOpts: tlsOpts}),
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the node agents' heartbeats, not every Lease in the cluster.
-			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{ctrlOpts.heartbeatNamespace: {}}},
-		}},
+		// Only the node agents' heartbeats of all Leases, and of Pods and
+		// Nodes only what the controllers read.
+		Cache: cachetrim.Options(ctrlOpts.heartbeatNamespace),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -58,7 +58,15 @@ type Config struct {
 	// while it runs lead to one more call once it returns (the latest
 	// renewal wins). None of them holds up renewing or fencing.
 	OnLost, OnRegained, OnRenewed func()
-	Log                           logr.Logger
+	// Needed, if set, says whether the agent has any use for its Lease
+	// now. While it is false the heartbeat writes nothing (a node with no
+	// work costs the API server nothing): the hold lapses as it would
+	// after failed renewals, with OnLost, and the controller stops
+	// counting on the node. Renewals resume at the next tick once it is
+	// true again, or at once on Wake. It is called on the loop that
+	// renews and fences, so it must not block.
+	Needed func() bool
+	Log    logr.Logger
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
 }
@@ -67,6 +75,7 @@ type Config struct {
 type Heartbeat struct {
 	cfg    Config
 	notify *notifier
+	wake   chan struct{}
 
 	mu        sync.Mutex
 	lastStart time.Time // start of the last successful renewal
@@ -110,7 +119,7 @@ func New(cfg Config) (*Heartbeat, error) {
 	if cfg.OnRenewed == nil {
 		cfg.OnRenewed = func() {}
 	}
-	return &Heartbeat{cfg: cfg, notify: newNotifier()}, nil
+	return &Heartbeat{cfg: cfg, notify: newNotifier(), wake: make(chan struct{}, 1)}, nil
 }
 
 // Held reports whether the agent may act: its last successful renewal
@@ -154,6 +163,8 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 			return nil
 		case <-renew.C:
 			h.renew(ctx)
+		case <-h.wake:
+			h.renew(ctx)
 		case <-check.C:
 			h.checkLapse()
 		}
@@ -173,8 +184,17 @@ func (h *Heartbeat) checkLapse() {
 	}
 }
 
+// Wake asks for a renewal now rather than at the next tick: Needed has
+// just turned true.
+func (h *Heartbeat) Wake() { signal(h.wake) }
+
 // renew writes one renewal, bounded by the time left before fencing.
 func (h *Heartbeat) renew(ctx context.Context) {
+	if h.cfg.Needed != nil && !h.cfg.Needed() {
+		// Nothing to hold: write nothing, and let the hold lapse.
+		h.checkLapse()
+		return
+	}
 	start := h.cfg.now()
 	// A renewal that hangs must not delay fencing: it may take only the
 	// time left before the hold lapses.

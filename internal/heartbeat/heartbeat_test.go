@@ -431,3 +431,43 @@ func TestASlowOnLostKeepsTheOrder(t *testing.T) {
 		return slices.Clone(calls)
 	}, 2*time.Second, 5*time.Millisecond).Should(Equal([]string{"regained", "lost", "regained"}))
 }
+
+// While Needed is false the heartbeat writes nothing at all, the hold
+// lapses (OnLost, as after failed renewals), and once it turns true a
+// renewal follows at once on Wake, not at the next tick.
+func TestWritesNothingWhileNotNeeded(t *testing.T) {
+	g := NewWithT(t)
+	clientset := fake.NewClientset()
+	var writes atomic.Int32
+	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			writes.Add(1)
+		}
+		return false, nil, nil
+	})
+	var cb callbacks
+	var needed atomic.Bool
+	needed.Store(true)
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	// A long tick, so that only Wake can explain a quick renewal.
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 10*time.Second, 3*time.Second, 4*time.Second
+	cfg.Needed = needed.Load
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	run(t, h)
+	g.Eventually(h.Held, time.Second, 5*time.Millisecond).Should(BeTrue())
+	g.Expect(writes.Load()).To(BeEquivalentTo(1), "the first renewal creates the Lease")
+
+	needed.Store(false)
+	// Two ticks go by, and the hold lapses: nothing is written.
+	g.Eventually(cb.lost.Load, 8*time.Second, 20*time.Millisecond).Should(BeEquivalentTo(1))
+	g.Expect(h.Held()).To(BeFalse())
+	time.Sleep(3 * time.Second)
+	g.Expect(writes.Load()).To(BeEquivalentTo(1), "no write while not needed")
+
+	needed.Store(true)
+	h.Wake()
+	g.Eventually(h.Held, 500*time.Millisecond, 5*time.Millisecond).Should(BeTrue(), "renewed at once on Wake")
+	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
+	g.Expect(writes.Load()).To(BeEquivalentTo(2))
+}

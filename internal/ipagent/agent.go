@@ -96,6 +96,8 @@ type Reconciler struct {
 	// warned are the hostNetwork holders already reported, by IP and pod
 	// UID, so that each gets one Event rather than one per resync.
 	warned sync.Map
+	// ips are the IPs that name this node (see SetupWithManager).
+	ips *nodeIPs
 }
 
 // Reconcile converges the node.
@@ -206,23 +208,33 @@ func (r *Reconciler) poke() {
 }
 
 // SetupWithManager registers the agent's reconciler: IPs and this node's
-// pods all lead to one request for the node.
+// pods all lead to one request for the node. The agent sees only the IPs
+// that name its node (nodeIPs) and, with the cache options of
+// CacheOptions, only its node's pods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.trigger = make(chan event.GenericEvent, 1)
 	if r.Resync == 0 {
 		r.Resync = 10 * time.Second
 	}
+	ips, err := newNodeIPs(mgr, r.Node)
+	if err != nil {
+		return err
+	}
+	r.ips = ips
+	r.Client = nodeIPsClient{Client: r.Client, ips: ips}
 	node := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.Node}}}
 	})
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("ip-agent").
-		Watches(&ipv1.IP{}, node).
 		Watches(&corev1.Pod{}, node).
 		WatchesRawSource(source.Channel(r.trigger, node)).
 		// Every agent works on its own node: no leader election.
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
-		Complete(r)
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)})
+	for _, s := range ips.sources(node) {
+		b = b.WatchesRawSource(s)
+	}
+	return b.Complete(r)
 }
 
 // assignment is what the node must program for an IP, if anything: its

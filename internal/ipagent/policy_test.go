@@ -58,37 +58,13 @@ func testAgentPolicy(t *testing.T, in install) {
 	ctx := context.Background()
 	policy := in.namePrefix + "ip-agent-own-node.ip.kubext.io"
 	sa := in.namePrefix + "ip-agent"
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.namespace}}
-	if err := k8s.Create(ctx, ns); err != nil {
-		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
-	}
-	objs := renderIPAgentAccess(t, in)
-	names := []string{}
-	for _, o := range objs {
-		g.Expect(k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("test"), client.ForceOwnership)).To(Succeed())
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
-		names = append(names, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
-	}
-	t.Logf("installed %s", strings.Join(names, ", "))
-
+	installAgentAccess(t, in)
 	agent := func(node string) client.Client { return agentClient(t, in, node) }
 	own, other := agent(node1), agent(node2)
 	// refused expects err to be the policy's refusal, saying msg.
 	refused := func(g Gomega, err error, msg string) {
 		g.Expect(err).To(MatchError(And(ContainSubstring("ValidatingAdmissionPolicy '"+policy+"'"), ContainSubstring(msg))))
 	}
-	lease := func(namespace, name, holder string) *coordinationv1.Lease {
-		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
-	}
-	// The RBAC and the policy take a moment to load (and the previous
-	// install's policy to go): wait, with dry runs that change nothing if
-	// they pass, until this install's policy refuses.
-	g.Eventually(func(g Gomega) {
-		err := own.Create(ctx, lease(in.namespace, "ip-agent-"+node2, node2), client.DryRunAll)
-		refused(g, err, "may write only its own heartbeat Lease")
-		g.Expect(strings.Count(err.Error(), "ValidatingAdmissionPolicy '")).To(Equal(1), "refused by this install's policy only")
-	}, testenv.WaitFor, 100*time.Millisecond).Should(Succeed())
 
 	// An IP placed on node-1, as the manager writes it.
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
@@ -161,7 +137,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		g.Expect(status(ip.Name)).To(same(away))
 
 		// Its own heartbeat: created, renewed.
-		hb := lease(in.namespace, "ip-agent-"+node1, node1)
+		hb := testLease(in.namespace, "ip-agent-"+node1, node1)
 		g.Expect(own.Create(ctx, hb)).To(Succeed())
 		outer.Cleanup(func() { _ = k8s.Delete(context.Background(), hb) })
 		hb.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
@@ -259,17 +235,17 @@ func testAgentPolicy(t *testing.T, in install) {
 		g := NewWithT(t)
 		set(ip.Name, placed)
 		refused(g, patch(agent(""), ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode = node1 }), "the ip-agent's token is not bound to a node")
-		refused(g, agent("").Create(ctx, lease(in.namespace, "ip-agent-"+node1, node1), client.DryRunAll), "not bound to a node")
+		refused(g, agent("").Create(ctx, testLease(in.namespace, "ip-agent-"+node1, node1), client.DryRunAll), "not bound to a node")
 	})
 
 	// The leader-election Lease of cmd/manager, and another node's heartbeat.
-	leader := lease(in.namespace, "manager.kubext.io", "manager-0")
-	otherHB := lease(in.namespace, "ip-agent-"+node2, node2)
+	leader := testLease(in.namespace, "manager.kubext.io", "manager-0")
+	otherHB := testLease(in.namespace, "ip-agent-"+node2, node2)
 	t.Run("other Leases", func(t *testing.T) {
 		g := NewWithT(t)
 		refused(g, own.Create(ctx, leader.DeepCopy()), "may write only its own heartbeat Lease "+in.namespace+"/ip-agent-node-1, held by node-1, not CREATE Lease "+in.namespace+"/manager.kubext.io")
 		refused(g, own.Create(ctx, otherHB.DeepCopy()), "not CREATE Lease "+in.namespace+"/ip-agent-node-2")
-		refused(g, own.Create(ctx, lease(in.namespace, "ip-agent-"+node1, node2), client.DryRunAll), "held by node-1")
+		refused(g, own.Create(ctx, testLease(in.namespace, "ip-agent-"+node1, node2), client.DryRunAll), "held by node-1")
 		for _, l := range []*coordinationv1.Lease{leader, otherHB} {
 			g.Expect(k8s.Create(ctx, l)).To(Succeed())
 			outer.Cleanup(func() { _ = k8s.Delete(context.Background(), l) })
@@ -303,8 +279,8 @@ func testAgentPolicy(t *testing.T, in install) {
 			refused(g, own.Delete(ctx, otherHB.DeepCopy()), "not DELETE Lease "+in.namespace+"/ip-agent-node-2")
 		}, testenv.WaitFor, 100*time.Millisecond).Should(Succeed())
 		refused(g, own.Delete(ctx, leader.DeepCopy()), "not DELETE Lease "+in.namespace+"/manager.kubext.io")
-		refused(g, own.Create(ctx, lease("default", "ip-agent-"+node1, node1)), "not CREATE Lease default/ip-agent-node-1")
-		g.Expect(own.Delete(ctx, lease(in.namespace, "ip-agent-"+node1, node1))).To(Succeed(), "its own heartbeat")
+		refused(g, own.Create(ctx, testLease("default", "ip-agent-"+node1, node1)), "not CREATE Lease default/ip-agent-node-1")
+		g.Expect(own.Delete(ctx, testLease(in.namespace, "ip-agent-"+node1, node1))).To(Succeed(), "its own heartbeat")
 		refused(g, own.DeleteAllOf(ctx, &coordinationv1.Lease{}, client.InNamespace(in.namespace)), "not DELETE Lease "+in.namespace+"/")
 
 		set(ip.Name, placed)
@@ -317,6 +293,41 @@ func testAgentPolicy(t *testing.T, in install) {
 		refused(g, own.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "mine"}, Spec: ipv1.IPSpec{Address: "192.0.2.97"}}),
 			"may not create, change or delete IPs")
 	})
+}
+
+// installAgentAccess installs the ip-agent's RBAC and admission policy as
+// in would, until the test ends, and waits until the policy is in force.
+func installAgentAccess(t *testing.T, in install) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	policy := in.namePrefix + "ip-agent-own-node.ip.kubext.io"
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: in.namespace}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		g.Expect(apierrors.IsAlreadyExists(err)).To(BeTrue(), err)
+	}
+	objs := renderIPAgentAccess(t, in)
+	names := []string{}
+	for _, o := range objs {
+		g.Expect(k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("test"), client.ForceOwnership)).To(Succeed())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+		names = append(names, o.GetKind()+" "+o.GetNamespace()+"/"+o.GetName())
+	}
+	t.Logf("installed %s", strings.Join(names, ", "))
+
+	own := agentClient(t, in, node1)
+	// refused expects err to be the policy's refusal, saying msg.
+	refused := func(g Gomega, err error, msg string) {
+		g.Expect(err).To(MatchError(And(ContainSubstring("ValidatingAdmissionPolicy '"+policy+"'"), ContainSubstring(msg))))
+	}
+	// The RBAC and the policy take a moment to load (and the previous
+	// install's policy to go): wait, with dry runs that change nothing if
+	// they pass, until this install's policy refuses.
+	g.Eventually(func(g Gomega) {
+		err := own.Create(ctx, testLease(in.namespace, "ip-agent-"+node2, node2), client.DryRunAll)
+		refused(g, err, "may write only its own heartbeat Lease")
+		g.Expect(strings.Count(err.Error(), "ValidatingAdmissionPolicy '")).To(Equal(1), "refused by this install's policy only")
+	}, testenv.WaitFor, 100*time.Millisecond).Should(Succeed())
 }
 
 // newPolicyIP creates an IP (no controller runs in this suite, so its
@@ -336,6 +347,22 @@ func newPolicyIP(t *testing.T, name, address string) *ipv1.IP {
 // bound to nothing.
 func agentClient(t *testing.T, in install, node string) client.Client {
 	t.Helper()
+	c, err := client.New(agentConfig(in, node), client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testLease is a Lease as an agent would write it.
+func testLease(namespace, name, holder string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+}
+
+// agentConfig is the connection of the deployed ip-agent of node (see
+// agentClient).
+func agentConfig(in install, node string) *rest.Config {
 	cfg := rest.CopyConfig(testEnv.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + in.namespace + ":" + in.namePrefix + "ip-agent",
@@ -344,11 +371,7 @@ func agentClient(t *testing.T, in install, node string) client.Client {
 	if node != "" {
 		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return cfg
 }
 
 // renderIPAgentAccess renders the ip-agent's RBAC and policy as in would

@@ -14,9 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -56,9 +54,7 @@ func TestMain(m *testing.M) {
 // fake kernel and a Lease the tests hold or drop.
 func startManager(ctx context.Context, env *testenv.Env) error {
 	// The agent's cache holds its own node's pods only, as deployed.
-	opts := ctrl.Options{Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Pod{}: {Field: fields.OneTermEqualSelector("spec.nodeName", thisNode)},
-	}}}
+	opts := ctrl.Options{Cache: CacheOptions(thisNode)}
 	var err error
 	k8s, _, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
 		lease.held.Store(true)

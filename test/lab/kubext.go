@@ -43,6 +43,12 @@ type Manager struct {
 // way it runs in a cluster, and waits until it reports ready. name tells
 // replicas apart (their logs are logs/<name>.log).
 func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*Manager, error) {
+	return l.StartManagerBinary(ctx, filepath.Join(l.BinDir, "manager"), name, args...)
+}
+
+// StartManagerBinary is StartManager with another build of the manager
+// (a bench comparing two).
+func (l *Lab) StartManagerBinary(ctx context.Context, binary, name string, args ...string) (*Manager, error) {
 	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
 		return nil, err
 	}
@@ -60,7 +66,7 @@ func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*M
 		// A local process has no serving certificate the lab's API server trusts.
 		"--enable-webhooks=false",
 	}, args...)
-	p, err := l.Start(name, "", filepath.Join(l.BinDir, "manager"), args)
+	p, err := l.Start(name, "", binary, args)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +289,11 @@ func (l *Lab) waitIPAgentPolicy(ctx context.Context) error {
 	}
 	return nil
 }
+
+// IPAgentImpersonation is the deployed ip-agent of node: its service
+// account, with a token bound to the node's pod (for agents run in the
+// bench's own process).
+func IPAgentImpersonation(node string) rest.ImpersonationConfig { return ipAgentImpersonation(node) }
 
 // ipAgentImpersonation is the deployed ip-agent of node: its service
 // account, with a token bound to the node's pod.

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -25,6 +27,56 @@ import (
 // maxAllocationAttempts bounds the retries when other clients take the
 // addresses this controller picks from a pool.
 const maxAllocationAttempts = 32
+
+// pickingHold is how long an address this controller just reserved is
+// still skipped by its other workers: long enough for the cache to show
+// the reservation.
+const pickingHold = 5 * time.Second
+
+// picking are the addresses this controller's workers are reserving, or
+// reserved so recently that the cache may not show it yet. Only a hint
+// against collisions between its own workers: the API server decides who
+// gets an address (reserve), whatever this says.
+type picking struct {
+	mu    sync.Mutex
+	until map[netip.Addr]time.Time // zero: being reserved now
+	now   func() time.Time
+}
+
+// busy reports whether a worker is reserving addr or just reserved it.
+func (p *picking) busy(addr netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	until, ok := p.until[addr]
+	return ok && (until.IsZero() || p.now().Before(until))
+}
+
+// take marks addr as being reserved, unless another worker has it.
+func (p *picking) take(addr netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.until == nil {
+		p.until = map[netip.Addr]time.Time{}
+	}
+	now := p.now()
+	if until, ok := p.until[addr]; ok && (until.IsZero() || now.Before(until)) {
+		return false
+	}
+	for a, until := range p.until {
+		if !until.IsZero() && !now.Before(until) {
+			delete(p.until, a)
+		}
+	}
+	p.until[addr] = time.Time{}
+	return true
+}
+
+// release keeps addr skipped until until.
+func (p *picking) release(addr netip.Addr, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.until[addr] = until
+}
 
 // allocationError is an allocation that cannot succeed until something
 // changes (a pool appears, an address is freed); it becomes the Allocated
@@ -161,7 +213,9 @@ func (r *Reconciler) allocate(ctx context.Context, ip *ipv1.IP) (netip.Addr, str
 // and the next one tried.
 func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ipam.Pool, poolName string) (netip.Addr, string, error) {
 	reserved := &networkingv1.IPAddressList{}
-	if err := r.List(ctx, reserved); err != nil {
+	// Read only: at thousands of addresses a deep copy per allocation
+	// would cost more than the allocation.
+	if err := r.List(ctx, reserved, client.UnsafeDisableDeepCopy); err != nil {
 		return netip.Addr{}, "", fmt.Errorf("listing IPAddresses to allocate from pool %s for IP %s: %w", poolName, ip.Name, err)
 	}
 	used := make(map[netip.Addr]bool, len(reserved.Items))
@@ -171,11 +225,19 @@ func (r *Reconciler) allocateFromPool(ctx context.Context, ip *ipv1.IP, pool *ip
 		}
 	}
 	for range maxAllocationAttempts {
-		addr, ok := pool.Next(func(a netip.Addr) bool { return used[a] })
+		// Skip what the other workers are reserving right now (the cache
+		// shows it only later): they would otherwise all try the same
+		// lowest free address, and all but one lose a round trip.
+		addr, ok := pool.Next(func(a netip.Addr) bool { return used[a] || r.picking.busy(a) })
 		if !ok {
 			return netip.Addr{}, "", allocationError(ipv1.ReasonPoolExhausted, "pool %s has no free address left", poolName)
 		}
+		if !r.picking.take(addr) {
+			used[addr] = true // taken by another worker since Next
+			continue
+		}
 		err := r.reserve(ctx, ip, addr, poolName)
+		r.picking.release(addr, r.now().Add(pickingHold))
 		if aerr := statuspatch.As(err); aerr != nil {
 			used[addr] = true
 			continue

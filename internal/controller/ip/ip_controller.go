@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -57,6 +58,11 @@ type Reconciler struct {
 	// AWS moves the addresses of pools with provider aws in EC2. Nil: such
 	// pools' IPs are reported NotSupported and attached to no node.
 	AWS AWSProvider
+	// Workers is how many IPs are reconciled at once (default 1). Each
+	// reconcile waits on a few API round trips; IPs are independent (the
+	// API server arbitrates addresses), so at thousands of IPs the
+	// workers, not the CPU, bound the rate.
+	Workers int
 
 	now func() time.Time
 	// moveStarts and failoverStarts time attachments and failovers.
@@ -67,6 +73,8 @@ type Reconciler struct {
 	refusals map[string]struct{}
 
 	aws awsState
+	// picking keeps the workers from racing each other for one address.
+	picking picking
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -179,6 +187,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ip"))
 	r.moveStarts, r.failoverStarts = newStopwatch(), newStopwatch()
 	r.refusals = map[string]struct{}{}
+	r.picking.now = r.now
 	r.aws.init()
 	ipReady.use(mgr.GetCache())
 	if err := addIndexes(ctx, mgr); err != nil {
@@ -199,9 +208,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		For(&ipv1.IP{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToIP), builder.WithPredicates(claims)).
 		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.ipAddressToIPs)).
-		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs)).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allIPs), builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.nodeToIPs))).
+		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs), builder.WithPredicates(poolChanged)).
+		Watches(&corev1.Node{}, r.nodeEvents()).
+		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.heartbeatToIPs))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
 }
 

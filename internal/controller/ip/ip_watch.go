@@ -2,12 +2,19 @@ package ip
 
 import (
 	"context"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -138,36 +145,134 @@ func (r *Reconciler) poolToIPs(ctx context.Context, o client.Object) []reconcile
 	return append(reqs, r.ipsMatching(ctx, client.MatchingFields{indexPool: noPool})...)
 }
 
-func (r *Reconciler) allIPs(ctx context.Context, _ client.Object) []reconcile.Request {
-	return r.ipsMatching(ctx)
+// poolChanged passes pool creations, deletions and spec changes: the IP
+// reconciler reads a pool's spec only (addresses, reserved, nodeSelector,
+// claimants, provider), and the pool controller writes the pool's status
+// at every allocation, which must not requeue every IP of the pool.
+var poolChanged = predicate.GenerationChangedPredicate{}
+
+// heartbeatToIPs maps a node whose agent turned healthy or unhealthy to
+// the IPs placed on it and the IPs claimed by pods running there.
+func (r *Reconciler) heartbeatToIPs(ctx context.Context, o client.Object) []reconcile.Request {
+	return requests(r.ipsOfNode(ctx, heartbeat.NodeOf(o)))
 }
 
-// nodeToIPs maps a node whose agent turned healthy or unhealthy to the IPs
-// placed on it and the IPs claimed by pods running there.
-func (r *Reconciler) nodeToIPs(ctx context.Context, o client.Object) []reconcile.Request {
-	node := heartbeat.NodeOf(o)
+// ipsOfNode are the IPs whose decision a node takes part in: those placed
+// on it or attached to it, and those claimed by pods running there (its
+// candidates and standbys). Other IPs never read anything of the node.
+func (r *Reconciler) ipsOfNode(ctx context.Context, node string) []ipv1.IP {
 	if node == "" {
 		return nil
 	}
-	reqs := r.ipsMatching(ctx, client.MatchingFields{indexNode: node})
+	ips := r.listIPs(ctx, client.MatchingFields{indexNode: node})
 	pods := &corev1.PodList{}
-	if err := r.List(ctx, pods, client.MatchingFields{indexClaimNode: node}); err == nil {
-		for i := range pods.Items {
-			reqs = append(reqs, podToIP(ctx, &pods.Items[i])...)
+	if err := r.List(ctx, pods, client.MatchingFields{indexClaimNode: node}, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the claiming pods of a node to enqueue their IPs")
+		return ips
+	}
+	for i := range pods.Items {
+		ip := &ipv1.IP{}
+		name := pods.Items[i].Annotations[ipv1.AnnotationIP]
+		if err := r.Get(ctx, types.NamespacedName{Name: name}, ip); err == nil {
+			ips = append(ips, *ip)
+		} else {
+			// Not there (yet): the request reports it to the pod.
+			ips = append(ips, ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}
+	}
+	return ips
+}
+
+// nodeEvents maps node events to IPs. A node's labels decide whether a
+// pool's nodeSelector admits it, which matters only to the IPs the node
+// takes part in (ipsOfNode), and of those only to the IPs whose pool
+// selected the node before the change or selects it after, but not both.
+// A node's creation or deletion matters to the IPs it takes part in. So a
+// label change on one node requeues a handful of IPs, not all of them.
+func (r *Reconciler) nodeEvents() handler.TypedEventHandler[client.Object, reconcile.Request] {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], reqs []reconcile.Request) {
+		for _, req := range reqs {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, requests(r.ipsOfNode(ctx, e.Object.GetName())))
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, requests(r.ipsOfNode(ctx, e.Object.GetName())))
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, r.relabelled(ctx, e.ObjectOld, e.ObjectNew))
+		},
+	}
+}
+
+// relabelled are the IPs a node's label change concerns (see nodeEvents).
+func (r *Reconciler) relabelled(ctx context.Context, old, cur client.Object) []reconcile.Request {
+	if maps.Equal(old.GetLabels(), cur.GetLabels()) {
+		return nil
+	}
+	ips := r.ipsOfNode(ctx, cur.GetName())
+	if len(ips) == 0 {
+		return nil
+	}
+	pools := &ipv1.IPPoolList{}
+	if err := r.List(ctx, pools, client.UnsafeDisableDeepCopy); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing pools for a node's label change: requeueing all of its IPs")
+		return requests(ips)
+	}
+	flipped := map[string]bool{}
+	for _, p := range pools.Items {
+		flipped[p.Name] = selectsLabels(&p, old.GetLabels()) != selectsLabels(&p, cur.GetLabels())
+	}
+	var reqs []reconcile.Request
+	for _, ip := range ips {
+		pool := ip.Status.Pool
+		if pool == "" {
+			pool = ip.Spec.Pool
+		}
+		// An IP without a pool yet, or whose pool is gone, is requeued:
+		// its pool is not known here.
+		if f, known := flipped[pool]; f || !known {
+			reqs = append(reqs, request(ip.Name))
 		}
 	}
 	return reqs
 }
 
-func (r *Reconciler) ipsMatching(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+// selectsLabels is whether the pool's nodeSelector admits a node with
+// these labels, as nodeAllowed decides (no selector admits every node, an
+// invalid one none).
+func selectsLabels(p *ipv1.IPPool, set map[string]string) bool {
+	if p.Spec.NodeSelector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector)
+	return err == nil && sel.Matches(labels.Set(set))
+}
+
+func requests(ips []ipv1.IP) []reconcile.Request {
+	seen := make(map[string]bool, len(ips))
+	reqs := make([]reconcile.Request, 0, len(ips))
+	for _, ip := range ips {
+		if !seen[ip.Name] {
+			seen[ip.Name] = true
+			reqs = append(reqs, request(ip.Name))
+		}
+	}
+	return reqs
+}
+
+func (r *Reconciler) listIPs(ctx context.Context, opts ...client.ListOption) []ipv1.IP {
 	ips := &ipv1.IPList{}
 	if err := r.List(ctx, ips, opts...); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing IPs to enqueue")
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(ips.Items))
-	for _, ip := range ips.Items {
-		reqs = append(reqs, request(ip.Name))
-	}
-	return reqs
+	return ips.Items
+}
+
+func (r *Reconciler) ipsMatching(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	return requests(r.listIPs(ctx, append(opts, client.UnsafeDisableDeepCopy)...))
 }

@@ -4,14 +4,13 @@ import (
 	"context"
 	"testing"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/cachetrim"
 	"github.com/kubext/kubext/internal/controller/ippool"
 	"github.com/kubext/kubext/internal/heartbeat"
 	awsprov "github.com/kubext/kubext/internal/provider/aws"
@@ -41,11 +40,9 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	ec2d = ec2double.New()
 	awsSubnet = ec2d.AddSubnet("vpc-1", "10.0.0.0/16")
 	ec2d.AddPool(awsPublicPool, "198.51.100.128/25")
-	// The manager watches Leases in the heartbeat namespace only, as
-	// deployed.
-	opts := ctrl.Options{Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{heartbeatNS: {}}},
-	}}}
+	// The manager caches as deployed: Leases in the heartbeat namespace
+	// only, Pods and Nodes trimmed to what the controllers read.
+	opts := ctrl.Options{Cache: cachetrim.Options(heartbeatNS)}
 	var err error
 	k8s, _, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
 		// The agents' namespace exists before the controller starts, as

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
+	"github.com/kubext/kubext/internal/cachetrim"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -20,7 +21,10 @@ var (
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) (err error) {
-		k8s, mgr, err = env.RunManager(ctx, func(mgr ctrl.Manager) error {
+		// The manager's cache as deployed: Pods trimmed to what the
+		// controllers read (the Redis controller reads its members').
+		opts := ctrl.Options{Cache: cachetrim.Options("kubext-system")}
+		k8s, mgr, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
 			return newReconciler(mgr, mgr.GetClient(), "redis-controller").SetupWithManager(mgr)
 		}, cachev1.AddToScheme)
 		return err

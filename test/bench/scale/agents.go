@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipagent"
+	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/test/lab"
+)
+
+// recorder is a light agent's data plane: it records what the agent asks
+// the kernel for and reports it back as programmed, so that many agents'
+// real control code (ipagent.Reconciler, heartbeat, Duty) runs in one
+// process. What it stands in for, netconf programming the kernel, is
+// proven by the netns tests and the e2e tests.
+type recorder struct {
+	mu      sync.Mutex
+	kernel  map[netip.Addr]netconf.Assignment
+	fenced  bool
+	applies *atomic.Int64
+}
+
+func (d *recorder) Apply(_ context.Context, desired []netconf.Assignment) (netconf.Report, error) {
+	d.applies.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	report := netconf.Report{Errors: map[netip.Addr]error{}}
+	next := map[netip.Addr]netconf.Assignment{}
+	for _, a := range desired {
+		if d.fenced {
+			report.Errors[a.Address] = netconf.ErrFenced
+			continue
+		}
+		if a.Interface == "" {
+			a.Interface = "bench0" // the uplink netconf would have chosen
+		}
+		next[a.Address] = a
+	}
+	d.kernel = next
+	return report, nil
+}
+
+func (d *recorder) Current() ([]netconf.Assignment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Collect(maps.Values(d.kernel)), nil
+}
+
+func (d *recorder) Fence(context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fenced, d.kernel = true, map[netip.Addr]netconf.Assignment{}
+	return nil
+}
+
+func (d *recorder) Unfence() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fenced = false
+}
+
+// lightAgents runs one light agent per node, each with its own manager and
+// client, connected as that node's deployed ip-agent (service account,
+// token bound to the node, RBAC and admission policy enforced), with the
+// ip-agent's defaults (lease 2 s, renewed every 500 ms while Duty says the
+// node is needed).
+type lightAgents struct {
+	applies atomic.Int64
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, nodes []string) (*lightAgents, error) {
+	base, err := l.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	a := &lightAgents{cancel: cancel}
+	for _, node := range nodes {
+		cfg := rest.CopyConfig(base)
+		// The agent's own client, at client-go's defaults as cmd/ip-agent
+		// has them.
+		cfg.QPS, cfg.Burst = 0, 0
+		cfg.Impersonate = lab.IPAgentImpersonation(node)
+		if err := a.start(ctx, cfg, scheme, node); err != nil {
+			cancel()
+			return nil, fmt.Errorf("agent of %s: %w", node, err)
+		}
+	}
+	return a, nil
+}
+
+func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, node string) error {
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  ipagent.CacheOptions(node),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Every agent runs a controller named ip-agent, in one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return err
+	}
+	dp := &recorder{kernel: map[netip.Addr]netconf.Assignment{}, fenced: true, applies: &a.applies}
+	r := &ipagent.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-agent"), Node: node, Dataplane: dp}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	var hb *heartbeat.Heartbeat
+	duty, err := r.NewDuty(mgr, func() { hb.Wake() })
+	if err != nil {
+		return err
+	}
+	hb, err = heartbeat.New(heartbeat.Config{
+		Client: kubernetes.NewForConfigOrDie(cfg).CoordinationV1(), Namespace: lab.SystemNamespace,
+		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
+		OnLost: r.Fence, OnRegained: r.Regained, Needed: duty.Needed,
+	})
+	if err != nil {
+		return err
+	}
+	r.Lease = hb
+	if err := mgr.Add(hb); err != nil {
+		return err
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		_ = mgr.Start(ctx)
+	}()
+	return nil
+}
+
+func (a *lightAgents) stop() {
+	a.cancel()
+	a.wg.Wait()
+}

@@ -1,0 +1,536 @@
+// Command scale is `make bench-scale`: static IPs at scale on a lab of
+// simulated (kwok) nodes. It creates -ips IPs of one pool that selects
+// every node, each claimed by one pod (spread over -nodes nodes, run by
+// kwok), runs one light agent per node (the ip-agent's real control code
+// with a recording data plane, see agents.go) in this process, then starts
+// the manager and measures how long it takes until every IP is allocated
+// and attached, against the floor: the time the same client, at the same
+// QPS as the manager's, takes to create -ips IPAddress objects and make
+// -ips status patches directly. It then measures the steady state: API
+// writes per node per second (the API server's apiserver_request_total),
+// and the manager's memory. The last line of its output is
+// machine-readable.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/test/bench/stats"
+	"github.com/kubext/kubext/test/lab"
+)
+
+const (
+	namespace = "bench"
+	poolName  = "bench-scale"
+	nodeLabel = "bench.kubext.io/scale"
+)
+
+// poolCIDR and floorCIDR are in 198.18.0.0/15 (RFC 2544, benchmarking):
+// nothing is programmed (recording data plane), and they overlap nothing
+// of the lab's.
+var (
+	poolCIDR  = netip.MustParsePrefix("198.18.0.0/17")
+	floorCIDR = netip.MustParsePrefix("198.19.0.0/17")
+)
+
+type options struct {
+	nodes, ips      int
+	qps             float64
+	burst, workers  int
+	timeout, steady time.Duration
+	manager         string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.nodes, "nodes", 1000, "simulated nodes (kwok), each with a light agent")
+	flag.IntVar(&o.ips, "ips", 10000, "IPs, each claimed by one pod")
+	flag.Float64Var(&o.qps, "qps", 100, "the manager's --kube-api-qps, and the floor client's QPS")
+	flag.IntVar(&o.burst, "burst", 200, "the manager's --kube-api-burst, and the floor client's burst")
+	flag.IntVar(&o.workers, "workers", 8, "the manager's --ip-workers")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	flag.DurationVar(&o.steady, "steady", 20*time.Second, "window over which steady-state writes are counted")
+	flag.StringVar(&o.manager, "manager", "", "manager binary (default bin/manager; to compare builds)")
+	flag.Parse()
+	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 {
+		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768")
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	root, err := lab.RepoRoot()
+	if err != nil {
+		return err
+	}
+	l, err := lab.Up(ctx, lab.Options{Name: "bench-scale", Prefix: "kxbs", Nodes: 1,
+		CRDDirs: []string{filepath.Join(root, "config", "crd", "bases")},
+		Log:     func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) }})
+	if err != nil {
+		return err
+	}
+	// The agents' log, and the manager's kept past the lab's teardown.
+	logs := filepath.Join(os.TempDir(), "bench-scale")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	agentLog, err := os.Create(filepath.Join(logs, "agents.log"))
+	if err != nil {
+		return err
+	}
+	defer agentLog.Close()
+	ctrl.SetLogger(zap.New(zap.WriteTo(agentLog)))
+	var managerLog string
+	defer func() {
+		if managerLog != "" {
+			if b, rerr := os.ReadFile(managerLog); rerr == nil {
+				_ = os.WriteFile(filepath.Join(logs, "manager.log"), b, 0o644)
+			}
+			fmt.Printf("logs kept in %s\n", logs)
+		}
+		if derr := l.Down(context.WithoutCancel(ctx)); err == nil {
+			err = derr
+		}
+	}()
+	scheme := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := ipv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return err
+	}
+	// The setup's client is fast; the floor's has the manager's QPS.
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	floorCfg, _ := l.RESTConfig()
+	floorCfg.QPS, floorCfg.Burst = float32(o.qps), o.burst
+	floorClient, err := client.New(floorCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.EnsureNamespace(ctx, namespace); err != nil {
+		return err
+	}
+	if err := l.InstallIPAgent(ctx); err != nil {
+		return err
+	}
+
+	nodes := make([]string, o.nodes)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("scale-%04d", i)
+	}
+	t0 := time.Now()
+	if err := createNodes(ctx, c, nodes); err != nil {
+		return err
+	}
+	fmt.Printf("%d kwok nodes Ready in %.1f s\n", len(nodes), time.Since(t0).Seconds())
+
+	// Background writes (kwok's node heartbeats) before kubext runs.
+	background, err := writesOver(ctx, cs, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("background (kwok) writes: %.1f/s\n", background)
+
+	floor, err := measureFloor(ctx, floorClient, o.ips)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("floor: %d IPAddress creates + %d status patches at QPS %.0f/%d: %.1f s\n", o.ips, o.ips, o.qps, o.burst, floor.Seconds())
+
+	// The pool, the IPs and their pods, before anything of kubext runs.
+	t0 = time.Now()
+	if err := createWorkload(ctx, c, nodes, o.ips); err != nil {
+		return err
+	}
+	fmt.Printf("pool, %d IPs and %d claiming pods created in %.1f s\n", o.ips, o.ips, time.Since(t0).Seconds())
+	if err := waitPodsReady(ctx, c, o.ips); err != nil {
+		return err
+	}
+	fmt.Printf("%d pods Running and Ready (kwok) after %.1f s\n", o.ips, time.Since(t0).Seconds())
+
+	runtime.GC()
+	rssBefore := rssMiB(os.Getpid())
+	agents, err := startLightAgents(ctx, l, scheme, nodes)
+	if err != nil {
+		return err
+	}
+	defer agents.stop()
+	fmt.Printf("%d light agents started\n", len(nodes))
+
+	obs, err := observe(ctx, c)
+	if err != nil {
+		return err
+	}
+	bin := o.manager
+	if bin == "" {
+		bin = filepath.Join(l.BinDir, "manager")
+	}
+	start := time.Now()
+	m, err := l.StartManagerBinary(ctx, bin, "manager", "--controllers", "ip,ippool",
+		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
+		"--ip-workers", strconv.Itoa(o.workers))
+	if err != nil {
+		return err
+	}
+	managerLog = m.Log
+	fmt.Printf("manager started (log %s)\n", m.Log)
+	last := time.Now()
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		ready := obs.ready()
+		if time.Since(last) >= 10*time.Second {
+			fmt.Printf("  %6.1f s: %d of %d Ready; manager RSS %.0f MiB\n", time.Since(start).Seconds(), ready, o.ips, rssMiB(m.PID()))
+			last = time.Now()
+		}
+		return ready == o.ips, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d IPs to be Ready (%d are): %w", o.ips, obs.ready(), err)
+	}
+	converge := time.Since(start)
+	attach := obs.attachLatencies()
+	p99 := stats.Percentile(attach, 99)
+	fmt.Printf("all %d IPs Ready in %.1f s (floor %.1f s); attach (placed -> Ready) p50 %.3f s p99 %.3f s\n",
+		o.ips, converge.Seconds(), floor.Seconds(), stats.Percentile(attach, 50), p99)
+
+	// Steady state: nothing changes; what do kubext's components write?
+	time.Sleep(5 * time.Second)
+	steady, err := writesOver(ctx, cs, o.steady)
+	if err != nil {
+		return err
+	}
+	perNode := max(steady-background, 0) / float64(o.nodes)
+	fmt.Printf("steady writes: %.1f/s in all, %.1f/s of them kwok's: %.3f per node per second\n", steady, background, perNode)
+
+	managerRSS := peakRSSMiB(m.PID())
+	runtime.GC()
+	agentRSS := (rssMiB(os.Getpid()) - rssBefore) / float64(o.nodes)
+	fmt.Printf("manager peak RSS %.0f MiB; light agents: %.2f MiB each (this process's RSS growth / agents), %d Applies\n",
+		managerRSS, agentRSS, agents.applies.Load())
+	fmt.Printf("nodes=%d ips=%d converge_s=%.1f floor_s=%.1f ratio=%.2f claims_per_s=%.0f attach_p99_s=%.3f writes_per_node_s=%.3f manager_rss_mib=%.0f agent_rss_mib=%.2f\n",
+		o.nodes, o.ips, converge.Seconds(), floor.Seconds(), converge.Seconds()/floor.Seconds(),
+		float64(o.ips)/converge.Seconds(), p99, perNode, managerRSS, agentRSS)
+	return nil
+}
+
+// parallel runs fn(i) for i in [0, n) on 32 goroutines.
+func parallel(n int, fn func(i int) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+// createNodes registers kwok nodes, each with a pod range of its own (kwok
+// gives pods addresses from it), and waits until kwok has them Ready.
+func createNodes(ctx context.Context, c client.Client, nodes []string) error {
+	err := parallel(len(nodes), func(i int) error {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
+			Labels:      map[string]string{"type": "kwok", nodeLabel: "yes", "kubernetes.io/hostname": nodes[i]},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+			Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.%d.%d.0/24", 64+i/256, i%256)}}
+		n.Spec.PodCIDRs = []string{n.Spec.PodCIDR}
+		return c.Create(ctx, n)
+	})
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list := &corev1.NodeList{}
+		if err := c.List(ctx, list, client.MatchingLabels{nodeLabel: "yes"}); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, n := range list.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready == len(nodes), nil
+	})
+}
+
+// measureFloor is the time c takes to create n IPAddress objects and make n
+// status patches (of n IPs made for it beforehand, not timed), the API
+// writes an IP needs at the least; all are deleted afterwards.
+func measureFloor(ctx context.Context, c client.Client, n int) (time.Duration, error) {
+	addrs := addresses(floorCIDR, n)
+	names := make([]string, n)
+	if err := parallel(n, func(i int) error {
+		names[i] = fmt.Sprintf("floor-%05d", i)
+		return c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: names[i]}, Spec: ipv1.IPSpec{Address: addrs[i].String(), Pool: "no-such-pool"}})
+	}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := parallel(n, func(i int) error {
+		a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: addrs[i].String()},
+			Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Group: ipv1.GroupVersion.Group, Resource: "ips", Name: names[i]}}}
+		return c.Create(ctx, a)
+	}); err != nil {
+		return 0, err
+	}
+	if err := parallel(n, func(i int) error {
+		patch := fmt.Appendf(nil, `{"status":{"address":%q,"assigned":true}}`, addrs[i])
+		return c.Status().Patch(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}, client.RawPatch(types.MergePatchType, patch))
+	}); err != nil {
+		return 0, err
+	}
+	floor := time.Since(start)
+	err := parallel(n, func(i int) error {
+		err := c.Delete(ctx, &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: addrs[i].String()}})
+		if err == nil || apierrors.IsNotFound(err) {
+			err = c.Delete(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: names[i]}})
+		}
+		return client.IgnoreNotFound(err)
+	})
+	return floor, err
+}
+
+func addresses(p netip.Prefix, n int) []netip.Addr {
+	out := make([]netip.Addr, 0, n)
+	for a := p.Addr().Next(); len(out) < n; a = a.Next() {
+		out = append(out, a)
+	}
+	return out
+}
+
+// createWorkload creates the pool (it selects the bench's nodes; pods of
+// the bench namespace may claim), the IPs (address from the pool) and one
+// claiming pod per IP, spread round-robin over the nodes.
+func createWorkload(ctx context.Context, c client.Client, nodes []string, n int) error {
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: poolName}, Spec: ipv1.IPPoolSpec{
+		Addresses:    []string{poolCIDR.String()},
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{nodeLabel: "yes"}},
+		Claimants:    &ipv1.PoolClaimants{Namespaces: []string{namespace}},
+	}}
+	if err := c.Create(ctx, pool); err != nil {
+		return err
+	}
+	return parallel(n, func(i int) error {
+		name := fmt.Sprintf("ip-%05d", i)
+		if err := c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: poolName}}); err != nil {
+			return err
+		}
+		return c.Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "claim-" + name, Annotations: map[string]string{ipv1.AnnotationIP: name}},
+			Spec: corev1.PodSpec{NodeName: nodes[i%len(nodes)], Containers: []corev1.Container{{Name: "app", Image: "app:1"}},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}}},
+		})
+	})
+}
+
+func waitPodsReady(ctx context.Context, c client.Client, n int) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" && isReady(p.Status.Conditions) {
+				ready++
+			}
+		}
+		return ready == n, nil
+	})
+}
+
+func isReady(cs []corev1.PodCondition) bool {
+	for _, c := range cs {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// observer watches the IPs: when each was first placed on a node
+// (status.node) and when it turned Ready.
+type observer struct {
+	mu             sync.Mutex
+	placed, readyT map[string]time.Time
+}
+
+func observe(ctx context.Context, c client.WithWatch) (*observer, error) {
+	o := &observer{placed: map[string]time.Time{}, readyT: map[string]time.Time{}}
+	w, err := c.Watch(ctx, &ipv1.IPList{})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			ip, ok := ev.Object.(*ipv1.IP)
+			if !ok || !strings.HasPrefix(ip.Name, "ip-") {
+				continue
+			}
+			now := time.Now()
+			o.mu.Lock()
+			if _, ok := o.placed[ip.Name]; !ok && ip.Status.Node != "" {
+				o.placed[ip.Name] = now
+			}
+			if _, ok := o.readyT[ip.Name]; !ok && meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady) {
+				o.readyT[ip.Name] = now
+			}
+			o.mu.Unlock()
+		}
+	}()
+	return o, nil
+}
+
+func (o *observer) ready() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.readyT)
+}
+
+// attachLatencies are, per IP, placed (status.node written) -> Ready
+// (attachedNode and attachedPod confirmed by the node's agent).
+func (o *observer) attachLatencies() []float64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]float64, 0, len(o.readyT))
+	for name, r := range o.readyT {
+		if p, ok := o.placed[name]; ok {
+			out = append(out, r.Sub(p).Seconds())
+		}
+	}
+	return out
+}
+
+// writesOver is the API server's write rate (apiserver_request_total of
+// POST, PUT, PATCH, DELETE and APPLY, every client) over window.
+func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Duration) (float64, error) {
+	a, err := writes(ctx, cs)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	time.Sleep(window)
+	b, err := writes(ctx, cs)
+	if err != nil {
+		return 0, err
+	}
+	return (b - a) / time.Since(start).Seconds(), nil
+}
+
+func writes(ctx context.Context, cs *kubernetes.Clientset) (float64, error) {
+	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		verb := false
+		for _, v := range []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"} {
+			if strings.Contains(line, `verb="`+v+`"`) {
+				verb = true
+			}
+		}
+		if !verb {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			total += f
+		}
+	}
+	return total, sc.Err()
+}
+
+// rssMiB and peakRSSMiB read VmRSS and VmHWM of a process from /proc.
+func rssMiB(pid int) float64     { return procStatus(pid, "VmRSS:") }
+func peakRSSMiB(pid int) float64 { return procStatus(pid, "VmHWM:") }
+
+func procStatus(pid int, key string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
