@@ -132,15 +132,18 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 		if !p.Running() {
 			return false, fmt.Errorf("the ip-agent of %s exited; see %s", node, p.Log)
 		}
-		l, err := cs.CoordinationV1().Leases(SystemNamespace).Get(ctx, lease, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // not created yet
+		// Ready: it renewed its heartbeat, or, on a node with nothing to
+		// do (no pool selects it yet, and then it writes nothing), its
+		// caches are synced and its reconciler runs.
+		if l, err := cs.CoordinationV1().Leases(SystemNamespace).Get(ctx, lease, metav1.GetOptions{}); err == nil &&
+			l.Spec.RenewTime != nil && l.Spec.RenewTime.After(before) {
+			return true, nil
 		}
-		return l.Spec.RenewTime != nil && l.Spec.RenewTime.After(before), nil
+		return agentWorkersStarted(p.Log), nil
 	})
 	if err != nil {
 		p.Stop(5 * time.Second)
-		return nil, fmt.Errorf("the ip-agent of %s did not renew its heartbeat (see %s): %w", node, p.Log, err)
+		return nil, fmt.Errorf("the ip-agent of %s neither renewed its heartbeat nor started its reconciler (see %s): %w", node, p.Log, err)
 	}
 	return p, nil
 }
@@ -354,4 +357,19 @@ func (l *Lab) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 		return out, fmt.Errorf("kubectl %v: %w\n%s", args, err, out)
 	}
 	return out, nil
+}
+
+// agentWorkersStarted reports whether the ip-agent's log at path says its
+// reconciler started (controller-runtime logs it once the caches synced).
+func agentWorkersStarted(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.Contains(line, "Starting workers") && strings.Contains(line, `"ip-agent"`) {
+			return true
+		}
+	}
+	return false
 }
