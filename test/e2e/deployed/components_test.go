@@ -18,6 +18,7 @@ import (
 // is alive.
 func TestDeployedComponentsRun(t *testing.T) {
 	needRoot(t)
+	agentsOnDuty(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	cs, err := theLab.Clientset()

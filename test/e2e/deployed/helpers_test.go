@@ -1,21 +1,26 @@
 package deployed
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/test/lab"
 )
 
 // adminClient is the test's own client: the lab's admin, which plays the
@@ -97,4 +102,34 @@ func programStatus(pid int) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// agentsOnDuty gives every node's ip-agent something to do, so that it
+// renews its heartbeat: a pool without a nodeSelector, for the test's
+// duration. An agent whose node no pool selects writes nothing.
+func agentsOnDuty(t *testing.T) {
+	t.Helper()
+	c := adminClient(t)
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "agents-on-duty"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{"192.0.2.248/29"}}}
+	if err := c.Create(context.Background(), pool); err != nil {
+		t.Fatalf("creating pool %s: %v", pool.Name, err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	cs, err := theLab.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, n := range theLab.Nodes {
+			l, err := cs.CoordinationV1().Leases(lab.SystemNamespace).Get(ctx, "ip-agent-"+n, metav1.GetOptions{})
+			if err != nil || l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) > 5*time.Second {
+				return false, nil //nolint:nilerr // not renewing yet
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the ip-agents did not renew their heartbeats once a pool selected their nodes: %v", err)
+	}
 }

@@ -25,6 +25,7 @@ import (
 // the token's claims.
 func TestDeployedAgentTokenIsBoundToItsNode(t *testing.T) {
 	needRoot(t)
+	agentsOnDuty(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	node, other := theLab.Nodes[0], theLab.Nodes[1]
