@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
@@ -32,15 +31,7 @@ func TestRedisManagerDownWhilePrimaryDies(t *testing.T) {
 	c := labClient(t, theLab)
 	g.Expect(cachev1.AddToScheme(c.Scheme())).To(Succeed())
 
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-away-cache-auth"},
-		StringData: map[string]string{"password": redisPassword}}
-	g.Expect(c.Create(ctx, secret)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), secret) })
-	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-away-cache"}, Spec: cachev1.RedisSpec{
-		Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name, Key: "password"},
-	}}
-	g.Expect(c.Create(ctx, rd)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), rd) })
+	rd := createRedis(t, g, c, "e2e-away-cache")
 	key := client.ObjectKeyFromObject(rd)
 	status := func(g Gomega) *cachev1.Redis {
 		got := &cachev1.Redis{}

@@ -41,15 +41,7 @@ func TestRedisPrimaryNodeRebootedByKubext(t *testing.T) {
 	c := labClient(t, theLab)
 	g.Expect(cachev1.AddToScheme(c.Scheme())).To(Succeed())
 
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-reboot-cache-auth"},
-		StringData: map[string]string{"password": redisPassword}}
-	g.Expect(c.Create(ctx, secret)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), secret) })
-	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-reboot-cache"}, Spec: cachev1.RedisSpec{
-		Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name, Key: "password"},
-	}}
-	g.Expect(c.Create(ctx, rd)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), rd) })
+	rd := createRedis(t, g, c, "e2e-reboot-cache")
 	key := client.ObjectKeyFromObject(rd)
 	readyWith := func(notPrimary string, within time.Duration) corev1.Pod {
 		var primary corev1.Pod

@@ -217,15 +217,7 @@ func TestRedisOnTheLab(t *testing.T) {
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-cache-auth"},
-		StringData: map[string]string{"password": redisPassword}}
-	g.Expect(c.Create(ctx, secret)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), secret) })
-	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "e2e-cache"}, Spec: cachev1.RedisSpec{
-		Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name, Key: "password"},
-	}}
-	g.Expect(c.Create(ctx, rd)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), rd) })
+	rd := createRedis(t, g, c, "e2e-cache")
 	key := client.ObjectKeyFromObject(rd)
 
 	pods := func(g Gomega) map[string]corev1.Pod {
@@ -434,4 +426,22 @@ func TestRedisOnTheLab(t *testing.T) {
 		}
 		return left
 	}, time.Minute, 200*time.Millisecond).Should(BeEmpty())
+}
+
+// createRedis creates, in namespace default, a Secret name-auth holding
+// redisPassword and a three-member Redis name that uses it, both deleted
+// when the test ends.
+func createRedis(t *testing.T, g Gomega, c client.Client, name string) *cachev1.Redis {
+	t.Helper()
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-auth"},
+		StringData: map[string]string{"password": redisPassword}}
+	g.Expect(c.Create(ctx, secret)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), secret) })
+	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: cachev1.RedisSpec{
+		Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name, Key: "password"},
+	}}
+	g.Expect(c.Create(ctx, rd)).To(Succeed())
+	t.Cleanup(func() { _ = c.Delete(context.Background(), rd) })
+	return rd
 }
