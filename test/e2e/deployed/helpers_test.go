@@ -133,3 +133,109 @@ func agentsOnDuty(t *testing.T) {
 		t.Fatalf("the ip-agents did not renew their heartbeats once a pool selected their nodes: %v", err)
 	}
 }
+
+// killNode kills a node of the lab for the rest of the test; unless the
+// test revives it first, the cleanup does, and waits until the install is
+// whole again, so that the next test does not meet a manager that is not
+// serving yet.
+func killNode(t *testing.T, node string) (revive func()) {
+	t.Helper()
+	if err := theLab.KillNode(ctxBG, node); err != nil {
+		t.Fatalf("killing node %s: %v", node, err)
+	}
+	revived := false
+	revive = func() {
+		t.Helper()
+		if revived {
+			return
+		}
+		revived = true
+		if err := theLab.ReviveNode(ctxBG, node); err != nil {
+			t.Fatalf("reviving node %s: %v", node, err)
+		}
+		if err := theLab.WaitNodeReady(ctxBG, node, true, time.Minute); err != nil {
+			t.Fatalf("node %s did not come back: %v", node, err)
+		}
+		waitInstallWhole(t)
+	}
+	t.Cleanup(revive)
+	return revive
+}
+
+// waitInstallWhole waits until every pod of the install runs and passes
+// its probes: the lab marks pods Ready without running their readiness
+// probes, so a Service may route to a manager that does not serve yet.
+func waitInstallWhole(t *testing.T) {
+	t.Helper()
+	want := 2 + 2*len(theLab.Nodes)
+	var last string
+	err := wait.PollUntilContextTimeout(ctxBG, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if running := deployed.Running(); len(running) != want {
+			last = fmt.Sprintf("%d of %d pods run: %v", len(running), want, running)
+			return false, nil
+		}
+		failed, err := deployed.Probe(ctx)
+		if err != nil || len(failed) > 0 {
+			last = fmt.Sprintf("probes failed: %v %v", failed, err)
+			return false, nil //nolint:nilerr // retried until the deadline
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the install is not whole again: %s", last)
+	}
+}
+
+// spreadManagers makes sure that killing node leaves a manager replica
+// alive: the replicas are spread by a preferred anti-affinity only, so
+// both may run on one node (scheduled while the others were not ready).
+// It deletes the replica that does not lead; the Deployment's new one
+// goes to another node.
+func spreadManagers(t *testing.T, node string) {
+	t.Helper()
+	cs, err := theLab.Clientset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := cs.CoreV1().Pods(lab.SystemNamespace).List(ctxBG, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			on = append(on, p.Name)
+		}
+	}
+	if len(on) < 2 || len(on) < len(pods.Items) {
+		return
+	}
+	lease, err := cs.CoordinationV1().Leases(lab.SystemNamespace).Get(ctxBG, "manager.kubext.io", getOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := on[0]
+	if lease.Spec.HolderIdentity != nil && strings.HasPrefix(*lease.Spec.HolderIdentity, victim+"_") {
+		victim = on[1]
+	}
+	t.Logf("both manager replicas run on %s: deleting %s so that one runs elsewhere", node, victim)
+	if err := cs.CoreV1().Pods(lab.SystemNamespace).Delete(ctxBG, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctxBG, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := cs.CoreV1().Pods(lab.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
+		if err != nil {
+			return false, nil //nolint:nilerr // retried until the deadline
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" && p.Spec.NodeName != node && p.DeletionTimestamp == nil {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no manager replica was scheduled off %s", node)
+	}
+	waitInstallWhole(t)
+}

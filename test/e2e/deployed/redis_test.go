@@ -159,15 +159,9 @@ func TestDeployedRedisFailover(t *testing.T) {
 	}
 
 	node := primary.Spec.NodeName
+	spreadManagers(t, node)
 	start := time.Now()
-	g.Expect(theLab.KillNode(ctx, node)).To(Succeed())
-	revived := false
-	t.Cleanup(func() {
-		if !revived {
-			_ = theLab.ReviveNode(context.Background(), node)
-			_ = theLab.WaitNodeReady(context.Background(), node, true, time.Minute)
-		}
-	})
+	revive := killNode(t, node)
 	// The manager's leader may have died with the node: its other replica
 	// takes the Lease over first, so the bound is the Lease's and more.
 	var promoted corev1.Pod
@@ -183,9 +177,7 @@ func TestDeployedRedisFailover(t *testing.T) {
 	t.Logf("node %s killed: %s promoted after %s", node, promoted.Name, time.Since(start).Round(10*time.Millisecond))
 	readKey(promoted.Status.PodIP, want, 5*time.Second)
 
-	g.Expect(theLab.ReviveNode(ctx, node)).To(Succeed())
-	revived = true
-	g.Expect(theLab.WaitNodeReady(ctx, node, true, time.Minute)).To(Succeed())
+	revive()
 	// The revived members start empty and follow the new primary.
 	g.Eventually(func(g Gomega) {
 		got := &cachev1.Redis{}

@@ -85,7 +85,7 @@ func TestDeployedStaticIPFailsOver(t *testing.T) {
 	}
 	agent := podOf("ip-agent", holderNode)
 	g.Expect(agent).NotTo(BeEmpty())
-	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
+	revive := killNode(t, holderNode)
 	start := time.Now()
 	g.Expect(deployed.Running()).NotTo(ContainElement(agent), "the killed node's ip-agent still runs")
 	// Lease expiry of the dead agent, and of the manager's leader if it ran
@@ -95,8 +95,7 @@ func TestDeployedStaticIPFailsOver(t *testing.T) {
 	}, 90*time.Second, 100*time.Millisecond).Should(Equal(standby))
 	t.Logf("the standby answered %s after the holder's node was killed", time.Since(start).Round(10*time.Millisecond))
 
-	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
-	g.Expect(theLab.WaitNodeReady(ctx, holderNode, true, time.Minute)).To(Succeed())
+	revive()
 	g.Eventually(func() []string { return deployed.Running() }, time.Minute, 250*time.Millisecond).Should(ContainElement(agent),
 		"the revived node's ip-agent runs again")
 	g.Consistently(func(g Gomega) {
