@@ -65,6 +65,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs that a static IP's holder pod reaches with its own address: "+
 		"the cluster's pod and service CIDRs (required; \"none\" sends all its traffic, in-cluster DNS included, out of the uplink as the static IP).")
 	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
+	var wf witnessFlags
+	wf.bind(fs)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
 	skipPolicyCheck := fs.Bool(policyCheckFlag, false, "UNSAFE: start even when the admission policy that confines this agent to its own node "+
@@ -132,15 +134,25 @@ func run(ctx context.Context, args []string) error {
 	// plus the lease duration, less expiryMargin: the controller confirms
 	// the agent lost no earlier than one lease duration after it saw that
 	// renewal, and by then the kernel has let go.
-	var hb *heartbeat.Heartbeat
+	var (
+		hb    *heartbeat.Heartbeat
+		agent *ipagent.Reconciler
+		wit   *witnessRun
+	)
 	dp, err := netconf.New(netconf.Options{
 		ExcludeSNAT:     exclude,
-		AddressLifetime: leaseDuration - time.Second,
+		AddressLifetime: max(leaseDuration-time.Second, time.Second),
 		HoldDeadline: func() time.Time {
-			if hb == nil || hb.LastRenewal().IsZero() {
-				return time.Time{}
+			var leaseEnd time.Time
+			if hb != nil && !hb.LastRenewal().IsZero() {
+				leaseEnd = hb.LastRenewal().Add(leaseDuration - expiryMargin)
 			}
-			return hb.LastRenewal().Add(leaseDuration - expiryMargin)
+			if wit == nil || agent == nil {
+				return leaseEnd
+			}
+			// Whole-second lifetimes, reaped up to expiryMargin late: the
+			// timing's FenceSlack covers both (witnessFlags).
+			return agent.HoldDeadline(leaseEnd, wit.timing.FenceSlack-expiryMargin)
 		},
 		Log: ctrl.Log.WithName("netconf"),
 	})
@@ -154,13 +166,24 @@ func run(ctx context.Context, args []string) error {
 	if err := dp.Fence(ctx); err != nil {
 		return fmt.Errorf("removing what a previous run programmed: %w", err)
 	}
-	agent := &ipagent.Reconciler{
+	agent = &ipagent.Reconciler{
 		Client:    mgr.GetClient(),
 		Recorder:  mgr.GetEventRecorder("ip-agent"),
 		Node:      node,
 		Dataplane: dp,
 		Interface: iface,
 		Resync:    resync,
+	}
+	clientset := kubernetes.NewForConfigOrDie(cfg)
+	if wf.port != 0 {
+		wit, err = startWitness(ctx, wf, clientset, namespace, node, agent, dp, func() { hb.Wake() })
+		if err != nil {
+			return err
+		}
+		agent.Witness = &ipagent.WitnessConfig{Peer: wit.peer, Port: uint16(wf.port), Nodes: mgr.GetAPIReader()}
+		if err := mgr.Add(wit); err != nil {
+			return err
+		}
 	}
 	if err := agent.SetupWithManager(mgr); err != nil {
 		return err
@@ -173,13 +196,13 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client:        kubernetes.NewForConfigOrDie(cfg).CoordinationV1(),
+		Client:        clientset.CoordinationV1(),
 		Namespace:     namespace,
 		Component:     ipv1.AgentComponent,
 		Node:          node,
 		Duration:      leaseDuration,
 		RenewInterval: renewInterval,
-		OnLost:        agent.Fence,
+		OnLost:        agent.LeaseLost,
 		OnRegained:    agent.Regained,
 		OnRenewed: func() {
 			// Fenced: the Lease was lost, or is not regained yet.
@@ -192,8 +215,9 @@ func run(ctx context.Context, args []string) error {
 				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
-		Needed: duty.Needed,
-		Log:    ctrl.Log.WithName("heartbeat"),
+		Needed:      duty.Needed,
+		Annotations: wit.annotations,
+		Log:         ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ package heartbeat
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -66,7 +67,11 @@ type Config struct {
 	// true again, or at once on Wake. It is called on the loop that
 	// renews and fences, so it must not block.
 	Needed func() bool
-	Log    logr.Logger
+	// Annotations, if set, are written on the Lease with every renewal
+	// (the ip-agent's witness generation and declarations); Wake writes
+	// them at once. It must not block.
+	Annotations func() map[string]string
+	Log         logr.Logger
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
 }
@@ -262,6 +267,14 @@ func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time) *coordinat
 		l.Labels = map[string]string{}
 	}
 	l.Labels[LabelComponent] = h.cfg.Component
+	if h.cfg.Annotations != nil {
+		if a := h.cfg.Annotations(); len(a) > 0 {
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			maps.Copy(l.Annotations, a)
+		}
+	}
 	l.Spec.HolderIdentity = ptr.To(h.cfg.Node)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.cfg.Duration / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: start}

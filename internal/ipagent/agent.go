@@ -98,6 +98,16 @@ type Reconciler struct {
 	warned sync.Map
 	// ips are the IPs that name this node (see SetupWithManager).
 	ips *nodeIPs
+
+	// Witness, when set, holds the IPs of Witness pools on the witnesses'
+	// word (witness.go); nil: every hold is on the heartbeat Lease.
+	Witness *WitnessConfig
+	// leaseHolds and witnessSets are what the last pass held, by rule
+	// (under mu).
+	leaseHolds  bool
+	witnessSets [][]string
+	// addrs are the witnesses' node addresses, by node name.
+	addrs sync.Map
 }
 
 // Reconcile converges the node.
@@ -290,9 +300,9 @@ func podAddr(pod *corev1.Pod, v4 bool) (netip.Addr, error) {
 // patchStatus writes attachedNode and attachedPod, conditional on the
 // version read: if the controller changed the IP meanwhile, nothing is
 // written and the next reconcile reads it again. ip is updated on success.
-func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod string) (bool, error) {
+func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod string, gen int64) (bool, error) {
 	changed := ip.DeepCopy()
-	changed.Status.AttachedNode, changed.Status.AttachedPod = node, pod
+	changed.Status.AttachedNode, changed.Status.AttachedPod, changed.Status.AttachedGeneration = node, pod, gen
 	err := r.Status().Patch(ctx, changed, client.MergeFromWithOptions(ip, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.poke()
@@ -301,7 +311,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	if err != nil {
 		return false, fmt.Errorf("reporting IP %s attached to node %q pod %q: %w", ip.Name, node, pod, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod)
+	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen)
 	*ip = *changed
 	return true, nil
 }

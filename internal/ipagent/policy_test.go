@@ -162,7 +162,7 @@ func testAgentPolicy(t *testing.T, in install) {
 			t.Run(field, func(t *testing.T) {
 				g := NewWithT(t)
 				set(ip.Name, attached(placed, node1, "default/app"))
-				refused(g, patch(own, ip.Name, change), "may change only status.attachedNode and status.attachedPod of an IP, not status."+field)
+				refused(g, patch(own, ip.Name, change), "may change only status.attachedNode, status.attachedPod and status.attachedGeneration of an IP, not status."+field)
 				// Removed rather than changed.
 				refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) {
 					switch field {

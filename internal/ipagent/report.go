@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"time"
 
 	"github.com/kubext/kubext/internal/netconf"
 
@@ -20,23 +21,29 @@ import (
 // status.aws only once EC2 routes it to this node.
 func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desired map[string]netconf.Assignment, pending map[string]bool, _ error) {
 	desired, pending = map[string]netconf.Assignment{}, map[string]bool{}
-	if !held {
-		return desired, pending, nil
-	}
+	r.probeWitnesses(ctx, ips)
 	var errs []error
+	onLease := map[string]bool{}
+	var sets [][]string
+	now := time.Now()
 	for _, ip := range ips {
 		if !r.placedHere(ip) {
+			continue
+		}
+		gen, may := r.holdRule(ip, held, now)
+		if !may {
 			continue
 		}
 		a, ok := r.assignment(ctx, ip)
 		if !ok {
 			continue
 		}
-		// Claimed already, and attachedPod names nobody else: nothing to
-		// write. Otherwise take it, and clear an attachedPod of another
-		// pod before the kernel is repointed.
-		if ip.Status.AttachedNode != r.Node || (ip.Status.AttachedPod != "" && ip.Status.AttachedPod != ip.Status.Pod) {
-			claimed, err := r.patchStatus(ctx, ip, r.Node, "")
+		// Claimed already under this rule, and attachedPod names nobody
+		// else: nothing to write. Otherwise take it, and clear an
+		// attachedPod of another pod before the kernel is repointed.
+		if ip.Status.AttachedNode != r.Node || ip.Status.AttachedGeneration != gen ||
+			(ip.Status.AttachedPod != "" && ip.Status.AttachedPod != ip.Status.Pod) {
+			claimed, err := r.patchStatus(ctx, ip, r.Node, "", gen)
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -44,10 +51,23 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 				continue
 			}
 		}
+		if gen == 0 {
+			onLease[ip.Name] = true
+		} else {
+			sets = append(sets, ip.Status.Witnesses)
+		}
 		if a, ok = r.routedHere(ip, a); ok {
 			desired[ip.Name] = a
 		} else {
 			pending[ip.Name] = true
+		}
+	}
+	if !r.recordHolds(len(onLease) > 0, sets) {
+		// The Lease lapsed during this pass: nothing held on it is
+		// programmed (LeaseLost fences what was).
+		for name := range onLease {
+			delete(desired, name)
+			delete(pending, name)
 		}
 	}
 	return desired, pending, errors.Join(errs...)
@@ -123,7 +143,11 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		if ip.Status.AttachedNode == node && ip.Status.AttachedPod == pod {
 			continue
 		}
-		if _, err := r.patchStatus(ctx, ip, node, pod); err != nil {
+		gen := ip.Status.AttachedGeneration
+		if node == "" {
+			gen = 0
+		}
+		if _, err := r.patchStatus(ctx, ip, node, pod, gen); err != nil {
 			return err
 		}
 	}

@@ -52,6 +52,9 @@ type Peer struct {
 	h         *witness.Holder
 	witnesses map[string]netip.AddrPort // the witnesses to probe, by node
 	lostOnce  bool
+	// kick asks the loop to probe now: new witnesses to hear from, or a
+	// new generation to be vouched for.
+	kick chan struct{}
 }
 
 // New checks the configuration.
@@ -67,7 +70,32 @@ func New(cfg Config) (*Peer, error) {
 		w:         witness.NewWitness(cfg.Timing, cfg.Declared),
 		h:         witness.NewHolder(cfg.Timing, cfg.Gen),
 		witnesses: map[string]netip.AddrPort{},
+		kick:      make(chan struct{}, 1),
 	}, nil
+}
+
+// Restart starts a new session in generation gen, higher than the last:
+// what was vouched for the old one is forgotten, so nothing is held until
+// a quorum vouches for gen. The agent calls it after OnLost, once it has
+// stopped answering for everything the old generation held.
+func (p *Peer) Restart(gen witness.Gen) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen <= p.cfg.Gen {
+		return errors.New("witnessnet: a new generation must be higher than the last")
+	}
+	p.cfg.Gen = gen
+	p.h = witness.NewHolder(p.cfg.Timing, gen)
+	p.lostOnce = false
+	p.signal()
+	return nil
+}
+
+func (p *Peer) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // SetWitnesses replaces the set of nodes this node probes: the witnesses
@@ -75,6 +103,12 @@ func New(cfg Config) (*Peer, error) {
 func (p *Peer) SetWitnesses(ws map[string]netip.AddrPort) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for n, a := range ws {
+		if p.witnesses[n] != a {
+			p.signal() // a new witness: ask it now, not at the next tick
+			break
+		}
+	}
 	p.witnesses = maps.Clone(ws)
 }
 
@@ -87,7 +121,19 @@ func (p *Peer) HeldUntil(witnesses []string) time.Time {
 }
 
 // Gen is the generation this peer probes with.
-func (p *Peer) Gen() witness.Gen { return p.cfg.Gen }
+func (p *Peer) Gen() witness.Gen {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg.Gen
+}
+
+// Declared is every declaration this node has made as a witness: what it
+// must publish, and read back after a restart.
+func (p *Peer) Declared() map[string]witness.Gen {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.w.Declared()
+}
 
 // Run probes, answers and declares until ctx ends.
 func (p *Peer) Run(ctx context.Context) error {
@@ -113,6 +159,8 @@ func (p *Peer) Run(ctx context.Context) error {
 		case <-probe.C:
 			p.probe()
 			p.declare()
+		case <-p.kick:
+			p.probe()
 		}
 	}
 }
@@ -192,10 +240,11 @@ func (p *Peer) answer(m witness.Message, from net.Addr) {
 }
 
 func (p *Peer) answered(m witness.Message) {
+	p.mu.Lock()
 	if m.Gen != p.cfg.Gen {
+		p.mu.Unlock()
 		return // an answer to an earlier session's probe
 	}
-	p.mu.Lock()
 	lost := p.h.Answered(m.From, m.Seq, m.Answer)
 	first := lost && !p.lostOnce
 	p.lostOnce = p.lostOnce || lost

@@ -279,6 +279,26 @@ type IPStatus struct {
 	// +kubebuilder:validation:MaxLength=317
 	AttachedPod string `json:"attachedPod,omitempty"`
 
+	// witnesses are the nodes that vouch for the hold of the node in
+	// status.node when the pool's failover is Witness (set by the
+	// controller with status.node, never changed while that node holds
+	// the address; empty in Lease failover). A majority of them must
+	// vouch for the holder to keep answering, and must declare it silent
+	// before the address moves.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=5
+	// +kubebuilder:validation:items:MaxLength=253
+	Witnesses []string `json:"witnesses,omitempty"`
+
+	// attachedGeneration is the session of attachedNode's agent that took
+	// the hold, written by the agent with attachedNode, when it holds the
+	// address on its witnesses' word (Witness failover); 0 for a hold on
+	// the agent's heartbeat Lease.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	AttachedGeneration int64 `json:"attachedGeneration,omitempty"`
+
 	// aws is what EC2 handed out for this IP, for IPs of a pool with
 	// provider aws: the operator records it so that a restart finds and
 	// reuses it, and releases on delete only what it allocated. Node

@@ -43,6 +43,16 @@ const (
 	ReasonDeleteBlocked = "DeleteBlocked"
 )
 
+// FailoverMode is how a pool's holders are kept to one (IPPoolSpec.Failover).
+// +kubebuilder:validation:Enum=Lease;Witness
+type FailoverMode string
+
+// Failover modes.
+const (
+	FailoverLease   FailoverMode = "Lease"
+	FailoverWitness FailoverMode = "Witness"
+)
+
 // IPPoolSpec describes the addresses a pool hands out and how they reach the
 // nodes.
 // +kubebuilder:validation:XValidation:rule="self.provider == 'l2' || !has(self.l2)",message="spec.l2 is only allowed when spec.provider is l2"
@@ -104,6 +114,23 @@ type IPPoolSpec struct {
 	// +kubebuilder:default=l2
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.provider cannot change; create a new IPPool to attach addresses another way"
 	Provider Provider `json:"provider,omitempty"`
+
+	// failover says how a node that stops is told apart from one that is
+	// only cut off from the API server. "Lease" (the default): the holder
+	// keeps an address only while it renews its heartbeat Lease, and the
+	// address moves once the API server shows that it stopped renewing for
+	// a lease duration; a control-plane stall longer than that silences
+	// every address. "Witness": the nodes the pool selects vouch for each
+	// other directly, over UDP on the node network (the ip-agents'
+	// --witness-port); the holder keeps an address while a majority of the
+	// witnesses named in the IP's status vouches for it, and the address
+	// moves once a majority has declared it silent: sub-second failover,
+	// and no outage while the API server stalls (docs/design/failover.md).
+	// A change applies to new holds; a live hold keeps the rule it was
+	// taken under.
+	// +optional
+	// +kubebuilder:default=Lease
+	Failover FailoverMode `json:"failover,omitempty"`
 
 	// l2 holds settings of the l2 provider.
 	// +optional

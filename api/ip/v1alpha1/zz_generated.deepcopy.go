@@ -298,6 +298,11 @@ func (in *IPStatus) DeepCopyInto(out *IPStatus) {
 		*out = new(IPSpec)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.Witnesses != nil {
+		in, out := &in.Witnesses, &out.Witnesses
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.AWS != nil {
 		in, out := &in.AWS, &out.AWS
 		*out = new(AWSStatus)

@@ -73,6 +73,8 @@ type Reconciler struct {
 	refusals map[string]struct{}
 
 	aws awsState
+	// decl are the witnesses' declarations (Witness failover).
+	decl *declarations
 	// picking keeps the workers from racing each other for one address.
 	picking picking
 }
@@ -199,6 +201,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(r.Health); err != nil {
 		return fmt.Errorf("running the agents' heartbeat tracker: %w", err)
 	}
+	r.decl = newDeclarations()
+	if err := r.decl.watch(ctx, mgr.GetCache()); err != nil {
+		return fmt.Errorf("watching the witnesses' declarations: %w", err)
+	}
 	claims := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		_, ok := o.GetAnnotations()[ipv1.AnnotationIP]
 		return ok
@@ -211,6 +217,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs), builder.WithPredicates(poolChanged)).
 		Watches(&corev1.Node{}, r.nodeEvents()).
 		WatchesRawSource(source.Channel(r.Health.Changes(), handler.EnqueueRequestsFromMapFunc(r.heartbeatToIPs))).
+		WatchesRawSource(source.Channel(r.decl.changes, handler.EnqueueRequestsFromMapFunc(r.heartbeatToIPs))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Workers, 1)}).
 		Complete(r)
 }

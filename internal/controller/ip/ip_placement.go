@@ -106,10 +106,18 @@ func (r *Reconciler) doubtful(ip *ipv1.IP) bool {
 // the doubt until the API server confirms that their agent stopped
 // renewing (Tracker.Lost). A paused manager or a slow watch thus never
 // moves an IP away from a live node; it only delays failover by a read.
+//
+// A node holding the IP on its witnesses' word (Witness failover) is
+// judged by them alone: answering until a majority has declared it silent,
+// whatever its heartbeat shows, and lost once they have, even if it still
+// renews (cut off from its peers, it has stopped answering).
 func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) bool, error) {
 	answering := map[string]bool{}
+	if isWitness, lost := r.witnessHold(ip); isWitness {
+		answering[ip.Status.AttachedNode] = !lost
+	}
 	for _, n := range []string{ip.Status.Node, ip.Status.AttachedNode} {
-		if n == "" || answering[n] || r.Health.Healthy(n) {
+		if _, known := answering[n]; n == "" || known || r.Health.Healthy(n) {
 			continue
 		}
 		lost, err := r.Health.Lost(ctx, n)
@@ -118,7 +126,12 @@ func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) 
 		}
 		answering[n] = !lost
 	}
-	return func(n string) bool { return answering[n] || r.Health.Healthy(n) }, nil
+	return func(n string) bool {
+		if v, known := answering[n]; known {
+			return v
+		}
+		return r.Health.Healthy(n)
+	}, nil
 }
 
 // place points status.node at the holder's node when no other node is
@@ -143,6 +156,10 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 			}
 		}
 		r.moved(ctx, ip, pod, target)
+		if target != ip.Status.Node {
+			// A new hold: its witnesses are fixed until it ends.
+			ip.Status.Witnesses = r.witnessesFor(ctx, ip, pool, target, h)
+		}
 		ip.Status.Node, ip.Status.Pod = target, pod
 	}
 	if aws {
@@ -211,20 +228,31 @@ func (r *Reconciler) detach(ctx context.Context, ip *ipv1.IP, why string) (bool,
 		ip.Status.AttachedPod = ""
 		return true, nil
 	}
-	lost, err := r.Health.Lost(ctx, att)
-	if err != nil {
-		err = fmt.Errorf("checking the heartbeat of node %s, attached for IP %s: %w", att, ip.Name, err)
+	isWitness, lost := r.witnessHold(ip)
+	var err error
+	if !isWitness {
+		lost, err = r.Health.Lost(ctx, att)
+		if err != nil {
+			err = fmt.Errorf("checking the heartbeat of node %s, attached for IP %s: %w", att, ip.Name, err)
+		}
 	}
 	if err != nil || !lost {
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonDetaching, Message: fmt.Sprintf("%s: waiting for node %s to release %s", why, att, ip.Status.Address)})
 		return false, err
 	}
-	r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonNodeLost, "Failover",
-		"Node %s stopped renewing its heartbeat; its agent has fenced itself and released %s", att, ip.Status.Address)
-	r.failoverStarts.start(ip.Name, r.Health.LastRenewal(att))
+	if isWitness {
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonNodeLost, "Failover",
+			"A majority of the witnesses of node %s (%s) declared it silent; it has stopped answering for %s",
+			att, strings.Join(ip.Status.Witnesses, ", "), ip.Status.Address)
+		r.failoverStarts.start(ip.Name, r.now())
+	} else {
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonNodeLost, "Failover",
+			"Node %s stopped renewing its heartbeat; its agent has fenced itself and released %s", att, ip.Status.Address)
+		r.failoverStarts.start(ip.Name, r.Health.LastRenewal(att))
+	}
 	failovers.Inc()
-	ip.Status.AttachedNode, ip.Status.AttachedPod = "", ""
+	ip.Status.AttachedNode, ip.Status.AttachedPod, ip.Status.AttachedGeneration = "", "", 0
 	return true, nil
 }
 

@@ -1,0 +1,153 @@
+package ip
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/witness"
+)
+
+// maxWitnesses is how many witnesses a hold gets: with three, one may be
+// lost (or slow) without ending the hold or blocking a failover.
+const maxWitnesses = 3
+
+// declarations is what the agents have published as witnesses, from the
+// annotations of their heartbeat Leases (only an agent may write its own):
+// each witness's highest generation declared silent, per node. A published
+// declaration stays true for ever (rule W1 of docs/design/failover.md), so
+// a stale cache can only lack one and delay a move, never allow one early:
+// unlike a lapsed heartbeat, a declaration needs no confirming read.
+type declarations struct {
+	mu sync.Mutex
+	by map[string]map[string]witness.Gen // witness -> node -> generation
+	// changes names the nodes that a witness newly declared silent, as a
+	// Lease held by that node, so that heartbeatToIPs requeues its IPs.
+	changes chan event.GenericEvent
+}
+
+func newDeclarations() *declarations {
+	return &declarations{by: map[string]map[string]witness.Gen{}, changes: make(chan event.GenericEvent, 1024)}
+}
+
+// get is what witness w has declared for node (0: nothing).
+func (d *declarations) get(w, node string) witness.Gen {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.by[w][node]
+}
+
+// observe records a heartbeat Lease's declarations. Malformed ones count
+// as none: only the agent writes them, and a move waits rather than
+// trust what it cannot read.
+func (d *declarations) observe(obj any) {
+	l, ok := obj.(*coordinationv1.Lease)
+	if !ok || l.Labels[heartbeat.LabelComponent] != ipv1.AgentComponent || l.Spec.HolderIdentity == nil {
+		return
+	}
+	v, ok := l.Annotations[witness.AnnotationDeclared]
+	if !ok {
+		return
+	}
+	decl, err := witness.ParseDeclared(v)
+	if err != nil {
+		ctrl.Log.WithName("ip").Info("Ignoring unreadable declarations", "lease", l.Name, "error", err.Error())
+		return
+	}
+	w := *l.Spec.HolderIdentity
+	var newer []string
+	d.mu.Lock()
+	seen := d.by[w]
+	if seen == nil {
+		seen = map[string]witness.Gen{}
+		d.by[w] = seen
+	}
+	for node, g := range decl {
+		if g > seen[node] {
+			seen[node] = g
+			newer = append(newer, node)
+		}
+	}
+	d.mu.Unlock()
+	for _, node := range newer {
+		select {
+		case d.changes <- event.GenericEvent{Object: &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: heartbeat.LeaseName(ipv1.AgentComponent, node)},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &node},
+		}}:
+		default:
+			// Full: the IPs of an unhealthy node are looked at every
+			// confirmEvery anyway (doubtful).
+		}
+	}
+}
+
+// watch feeds the declarations from the cache's Lease informer (the one
+// the heartbeat Tracker uses: the agents' namespace only).
+func (d *declarations) watch(ctx context.Context, c cache.Cache) error {
+	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
+	if err != nil {
+		return err
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    d.observe,
+		UpdateFunc: func(_, obj any) { d.observe(obj) },
+	})
+	return err
+}
+
+// witnessHold reports whether ip's attachment is a hold on its witnesses'
+// word (the agent wrote its generation with attachedNode), and if so
+// whether a majority of those witnesses has declared that generation
+// silent: only then may the address move, whatever the node's heartbeat
+// says. The heartbeat does not keep such a hold, so it cannot end it.
+func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
+	g, att := ip.Status.AttachedGeneration, ip.Status.AttachedNode
+	if g <= 0 || att == "" {
+		return false, false
+	}
+	return true, witness.MayMove(witness.Hold{Node: att, Gen: witness.Gen(g)}, ip.Status.Witnesses, r.decl.get)
+}
+
+// witnessesFor names the witnesses of a new placement on target: none in
+// Lease failover; otherwise up to maxWitnesses other nodes the pool admits
+// whose agents are alive, the standbys' nodes first (they are the ones
+// that must hear the holder to take over). With none, the agent holds on
+// its Lease, as in Lease failover.
+func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target string, h ipam.Holding) []string {
+	if target == "" || pool == nil || pool.Spec.Failover != ipv1.FailoverWitness {
+		return nil
+	}
+	allowed, err := r.nodeAllowed(ctx, pool)
+	if err != nil {
+		return nil
+	}
+	var candidates []string
+	for _, s := range h.Standbys {
+		candidates = append(candidates, s.Node)
+	}
+	nodes := &corev1.NodeList{}
+	if err := r.List(ctx, nodes); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing nodes for witnesses", "ip", ip.Name)
+	}
+	rest := make([]string, 0, len(nodes.Items))
+	for i := range nodes.Items {
+		rest = append(rest, nodes.Items[i].Name)
+	}
+	slices.Sort(rest)
+	candidates = slices.DeleteFunc(append(candidates, rest...), func(n string) bool {
+		return n == "" || !r.Health.Healthy(n) || !allowed(n)
+	})
+	return witness.Choose(target, candidates, maxWitnesses)
+}
