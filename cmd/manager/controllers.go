@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -23,6 +25,7 @@ import (
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/redisrepl"
+	"github.com/kubext/kubext/internal/witnesskey"
 )
 
 // options are the controllers' own flags.
@@ -98,8 +101,25 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	if aws != nil {
 		r.AWS = aws
 	}
+	// The ip-agents' witness key: made once, never replaced.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		return wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := witnesskey.Ensure(ctx, mgr.GetClient(), o.heartbeatNamespace, witnessKeySecret); err != nil {
+				ctrl.Log.Error(err, "Providing the ip-agents' witness key")
+				return false, nil
+			}
+			return true, nil
+		})
+	})); err != nil {
+		return err
+	}
 	return r.SetupWithManager(ctx, mgr)
 }
+
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get,resourceNames=kubext-witness-key
+
+// witnessKeySecret is the Secret config/ip-agent mounts into the agents.
+const witnessKeySecret = "kubext-witness-key"
 
 func setupIPPool(_ context.Context, mgr ctrl.Manager, o *options) error {
 	return (&ippool.Reconciler{

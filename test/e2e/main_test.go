@@ -57,6 +57,14 @@ func runLab(m *testing.M) int {
 	}
 	fmt.Printf("e2e: lab up in %s\n", time.Since(start).Round(100*time.Millisecond))
 	code := m.Run()
+	if code != 0 {
+		// Down removes the lab's directory: keep the components' logs.
+		keep := filepath.Join(os.TempDir(), "kubext-e2e-logs")
+		_ = os.RemoveAll(keep)
+		if err := os.CopyFS(keep, os.DirFS(filepath.Join(theLab.Dir, "logs"))); err == nil {
+			fmt.Println("e2e: the lab's logs are kept in", keep)
+		}
+	}
 	if err := theLab.Down(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: removing the lab:", err)
 		return 1

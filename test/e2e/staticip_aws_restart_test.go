@@ -89,7 +89,7 @@ func TestStaticIPAWSSurvivesRestartsMidMove(t *testing.T) {
 				var err error
 				s.manager, err = theLab.StartManager(ctx, "manager-aws-"+mode.name, awsManagerArgs(vpc)...)
 				g.Expect(err).NotTo(HaveOccurred())
-				s.agents[from], err = theLab.StartIPAgent(ctx, from)
+				s.agents[from], err = theLab.StartIPAgent(ctx, from, witnessArgs...)
 				g.Expect(err).NotTo(HaveOccurred())
 
 				g.Eventually(func(g Gomega) {

@@ -202,7 +202,7 @@ func (s *staticIPStack) killHolder(t *testing.T, g Gomega, ipName, holderNode st
 func (s *staticIPStack) revive(g Gomega, node string) {
 	ctx := context.Background()
 	g.Expect(theLab.ReviveNode(ctx, node)).To(Succeed())
-	agent, err := theLab.StartIPAgent(ctx, node)
+	agent, err := theLab.StartIPAgent(ctx, node, witnessArgs...)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.agents[node] = agent
 }

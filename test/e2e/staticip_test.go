@@ -33,7 +33,8 @@ type staticIPStack struct {
 }
 
 var (
-	stackOnce sync.Once
+	witnessArgs []string
+	stackOnce   sync.Once
 	stack     *staticIPStack
 	stackErr  error
 )
@@ -57,8 +58,13 @@ func startStaticIP(ctx context.Context) (*staticIPStack, error) {
 	if s.manager, err = theLab.StartManager(ctx, "manager", managerArgs...); err != nil {
 		return nil, err
 	}
+	// Every agent takes part in the witness protocol: pools with failover
+	// Witness use it, the others hold on the Lease as before.
+	if witnessArgs, err = theLab.WitnessArgs(); err != nil {
+		return nil, err
+	}
 	for _, n := range theLab.Nodes {
-		if s.agents[n], err = theLab.StartIPAgent(ctx, n); err != nil {
+		if s.agents[n], err = theLab.StartIPAgent(ctx, n, witnessArgs...); err != nil {
 			return nil, err
 		}
 	}
@@ -173,7 +179,7 @@ func TestStaticIPAnswersBothWaysAndFailsOver(t *testing.T) {
 	// The dead node comes back without its lease: it must not answer.
 	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
 	t.Logf("revived %s at %s, %s after it was killed", holderNode, time.Now().UTC().Format("15:04:05.000"), time.Since(start).Round(time.Millisecond))
-	agent, err := theLab.StartIPAgent(ctx, holderNode)
+	agent, err := theLab.StartIPAgent(ctx, holderNode, witnessArgs...)
 	g.Expect(err).NotTo(HaveOccurred())
 	s.agents[holderNode] = agent
 	g.Consistently(func(g Gomega) {
@@ -226,7 +232,7 @@ func TestStaticIPSurvivesRestartsMidMove(t *testing.T) {
 		var err error
 		s.manager, err = theLab.StartManager(ctx, "manager", managerArgs...)
 		g.Expect(err).NotTo(HaveOccurred())
-		s.agents[from], err = theLab.StartIPAgent(ctx, from)
+		s.agents[from], err = theLab.StartIPAgent(ctx, from, witnessArgs...)
 		g.Expect(err).NotTo(HaveOccurred())
 
 		g.Eventually(func(g Gomega) {

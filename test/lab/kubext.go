@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -372,4 +374,26 @@ func agentWorkersStarted(path string) bool {
 		}
 	}
 	return false
+}
+
+// WitnessPort is the UDP port of the ip-agents' witness protocol on the
+// lab's node network.
+const WitnessPort = 7946
+
+// WitnessArgs are the ip-agent flags that put it in the witness protocol
+// (pools with failover Witness): the port and a key shared by the lab's
+// agents, made once per lab (what the Secret kubext-witness-key holds in a
+// cluster).
+func (l *Lab) WitnessArgs() ([]string, error) {
+	key := filepath.Join(l.Dir, "witness.key")
+	if _, err := os.Stat(key); errors.Is(err, os.ErrNotExist) {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(key, b, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return []string{"--witness-port", strconv.Itoa(WitnessPort), "--witness-key-file", key}, nil
 }

@@ -58,6 +58,8 @@ func allowances(dir string) map[string]*allowance {
 			hostNetwork:  true,
 			root:         true,
 			capabilities: []string{"NET_ADMIN", "NET_RAW"},
+			// The witness key (Secret kubext-witness-key).
+			secret: true,
 		},
 		"reboot-agent": {
 			kind:         "DaemonSet",

@@ -28,6 +28,9 @@ type fakeAgent struct {
 
 	mu       sync.Mutex
 	attached map[string]bool // IP names it reported
+	// gen, when set, is the generation it holds IPs that name witnesses
+	// in (Witness failover).
+	gen int64
 }
 
 // startAgent runs a fake agent until the test ends or stop is called.
@@ -99,10 +102,13 @@ func (a *fakeAgent) converge(ctx context.Context) {
 		switch {
 		case ip.Status.Node == a.node && ip.Status.AttachedNode == "" && a.holderHere(ctx, ip):
 			ip.Status.AttachedNode = a.node
+			if a.gen > 0 && len(ip.Status.Witnesses) > 0 {
+				ip.Status.AttachedGeneration = a.gen
+			}
 		case ip.Status.Node == a.node && ip.Status.AttachedNode == a.node && ip.Status.AttachedPod != ip.Status.Pod && a.holderHere(ctx, ip):
 			ip.Status.AttachedPod = ip.Status.Pod
 		case ip.Status.Node != a.node && ip.Status.AttachedNode == a.node:
-			ip.Status.AttachedNode, ip.Status.AttachedPod = "", ""
+			ip.Status.AttachedNode, ip.Status.AttachedPod, ip.Status.AttachedGeneration = "", "", 0
 		default:
 			continue
 		}

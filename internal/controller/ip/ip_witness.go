@@ -32,13 +32,16 @@ const maxWitnesses = 3
 type declarations struct {
 	mu sync.Mutex
 	by map[string]map[string]witness.Gen // witness -> node -> generation
+	// gens are the generations the agents publish as their current one.
+	gens map[string]witness.Gen
 	// changes names the nodes that a witness newly declared silent, as a
 	// Lease held by that node, so that heartbeatToIPs requeues its IPs.
 	changes chan event.GenericEvent
 }
 
 func newDeclarations() *declarations {
-	return &declarations{by: map[string]map[string]witness.Gen{}, changes: make(chan event.GenericEvent, 1024)}
+	return &declarations{by: map[string]map[string]witness.Gen{}, gens: map[string]witness.Gen{},
+		changes: make(chan event.GenericEvent, 1024)}
 }
 
 // get is what witness w has declared for node (0: nothing).
@@ -48,6 +51,21 @@ func (d *declarations) get(w, node string) witness.Gen {
 	return d.by[w][node]
 }
 
+// silent reports whether some witness has declared node silent in the
+// generation its agent last published: a node not to name as a witness
+// (it is down, or cut off from its peers).
+func (d *declarations) silent(node string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.gens[node]
+	for _, decl := range d.by {
+		if decl[node] > 0 && decl[node] >= g {
+			return true
+		}
+	}
+	return false
+}
+
 // observe records a heartbeat Lease's declarations. Malformed ones count
 // as none: only the agent writes them, and a move waits rather than
 // trust what it cannot read.
@@ -55,6 +73,11 @@ func (d *declarations) observe(obj any) {
 	l, ok := obj.(*coordinationv1.Lease)
 	if !ok || l.Labels[heartbeat.LabelComponent] != ipv1.AgentComponent || l.Spec.HolderIdentity == nil {
 		return
+	}
+	if g, err := witness.ParseGen(l.Annotations[witness.AnnotationGeneration]); err == nil {
+		d.mu.Lock()
+		d.gens[*l.Spec.HolderIdentity] = g
+		d.mu.Unlock()
 	}
 	v, ok := l.Annotations[witness.AnnotationDeclared]
 	if !ok {
@@ -121,10 +144,12 @@ func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
 }
 
 // witnessesFor names the witnesses of a new placement on target: none in
-// Lease failover; otherwise up to maxWitnesses other nodes the pool admits
-// whose agents are alive, the standbys' nodes first (they are the ones
-// that must hear the holder to take over). With none, the agent holds on
-// its Lease, as in Lease failover.
+// Lease failover; otherwise other nodes the pool admits whose agents are
+// alive and not declared silent, the standbys' nodes first (they are the
+// ones that must hear the holder to take over): three if there are, else
+// one. An even number would buy nothing: two of two must vouch, so either
+// one's loss ends the hold, where with one only that one's does. With
+// none, the agent holds on its Lease, as in Lease failover.
 func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target string, h ipam.Holding) []string {
 	if target == "" || pool == nil || pool.Spec.Failover != ipv1.FailoverWitness {
 		return nil
@@ -147,7 +172,12 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 	}
 	slices.Sort(rest)
 	candidates = slices.DeleteFunc(append(candidates, rest...), func(n string) bool {
-		return n == "" || !r.Health.Healthy(n) || !allowed(n)
+		return n == "" || n == ip.Status.AttachedNode || n == ip.Status.Node ||
+			!r.Health.Healthy(n) || r.decl.silent(n) || !allowed(n)
 	})
-	return witness.Choose(target, candidates, maxWitnesses)
+	chosen := witness.Choose(target, candidates, maxWitnesses)
+	if len(chosen)%2 == 0 && len(chosen) > 0 {
+		chosen = chosen[:len(chosen)-1]
+	}
+	return chosen
 }

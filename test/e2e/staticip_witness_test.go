@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/test/staticip"
+)
+
+// A pool with failover Witness: the holder keeps its address on its
+// witnesses' word, so a stalled API server silences nothing and moves
+// nothing; when the holder's node dies, its witnesses declare it silent and
+// the standby answers, without waiting for any Lease; the dead node, back,
+// stays silent. The split detector watches the address throughout.
+func TestStaticIPWitnessFailover(t *testing.T) {
+	s := staticIP(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	addr := netip.MustParseAddr("203.0.113.114")
+	staticip.WatchSplits(t, theLab.Net, addr)
+
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-witness"}, Spec: ipv1.IPPoolSpec{
+		Addresses: []string{"203.0.113.112/29"}, Claimants: defaultClaimants(), Failover: ipv1.FailoverWitness}}
+	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "witnessed"}, Spec: ipv1.IPSpec{Address: addr.String()}}
+	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
+	dep := staticip.Deployment("witnessed-app", "witnessed", 2)
+	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
+	t.Cleanup(func() {
+		_ = s.c.Delete(ctx, dep)
+		_ = s.c.Delete(ctx, ip)
+		_ = s.c.Delete(ctx, pool)
+	})
+
+	var holder, standby, holderNode string
+	g.Eventually(func(g Gomega) {
+		ip := s.ip(g, "witnessed")
+		g.Expect(staticip.Ready(ip)).To(BeTrue(), "IP not Ready: %v", ip.Status.Conditions)
+		g.Expect(ip.Status.Standbys).To(HaveLen(1))
+		g.Expect(ip.Status.Witnesses).NotTo(BeEmpty())
+		g.Expect(ip.Status.Witnesses).NotTo(ContainElement(ip.Status.Node))
+		g.Expect(ip.Status.AttachedGeneration).To(BeNumerically(">", 0), "held on the Lease, not on the witnesses")
+		holder, standby, holderNode = staticip.PodName(ip.Status.Pod), staticip.PodName(ip.Status.Standbys[0]), ip.Status.Node
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+	client := theLab.Net.ClientNamespace()
+	g.Eventually(func() (string, error) { return staticip.AskFrom(client, addr, time.Second) }, 20*time.Second, 100*time.Millisecond).Should(Equal(holder))
+
+	// The API server stalls for 5 s, far past the agents' 2 s Lease: the
+	// holder keeps answering every probe, and nothing moves.
+	resume, err := theLab.PauseComponent("kube-apiserver", 20*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	stallEnd := time.Now().Add(5 * time.Second)
+	missed, asked := 0, 0
+	for time.Now().Before(stallEnd) {
+		asked++
+		if got, err := staticip.AskFrom(client, addr, 300*time.Millisecond); err != nil || got != holder {
+			missed++
+			t.Logf("during the stall, at %s: %q %v", time.Now().UTC().Format("15:04:05.000"), got, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	g.Expect(resume()).To(Succeed())
+	t.Logf("API server stalled 5 s: %d of %d probes unanswered", missed, asked)
+	// The manager could not renew its leader Lease and exited, as it does
+	// in a cluster, where the kubelet restarts it; so does the test.
+	g.Expect(s.restartManagerIfExited(ctx)).To(Succeed())
+	g.Expect(missed).To(BeZero(), "the holder stopped answering while the API server stalled")
+	g.Consistently(func(g Gomega) {
+		g.Expect(staticip.AskFrom(client, addr, time.Second)).To(Equal(holder))
+		g.Expect(answersOn(addr)).To(Equal([]string{holderNode}))
+	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
+
+	// The holder's node dies: its witnesses declare it silent, and the
+	// standby answers.
+	g.Expect(theLab.KillNode(ctx, holderNode)).To(Succeed())
+	start := time.Now()
+	g.Eventually(func() (string, error) {
+		return staticip.AskFrom(client, addr, 100*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond).Should(Equal(standby))
+	t.Logf("the standby answered %s after the holder's node was killed", time.Since(start).Round(10*time.Millisecond))
+	g.Eventually(func(g Gomega) {
+		ip := s.ip(g, "witnessed")
+		g.Expect(staticip.PodName(ip.Status.Pod)).To(Equal(standby))
+		g.Expect(staticip.Ready(ip)).To(BeTrue())
+		g.Expect(ip.Status.AttachedGeneration).To(BeNumerically(">", 0))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+
+	// Back, with a new agent: it must not answer.
+	g.Expect(theLab.ReviveNode(ctx, holderNode)).To(Succeed())
+	agent, err := theLab.StartIPAgent(ctx, holderNode, witnessArgs...)
+	g.Expect(err).NotTo(HaveOccurred())
+	s.agents[holderNode] = agent
+	g.Consistently(func(g Gomega) {
+		g.Expect(answersOn(addr)).To(Equal([]string{theNodeOf(g, s, "witnessed")}))
+		g.Expect(staticip.AskFrom(client, addr, time.Second)).To(Equal(standby))
+	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
+}
+
+func theNodeOf(g Gomega, s *staticIPStack, name string) string {
+	return s.ip(g, name).Status.Node
+}
+
+// restartManagerIfExited starts the manager again if it exited (it leaves
+// when it loses its leader Lease), as the kubelet would.
+func (s *staticIPStack) restartManagerIfExited(ctx context.Context) error {
+	if s.manager.Running() {
+		return nil
+	}
+	m, err := theLab.StartManager(ctx, fmt.Sprintf("manager-%d", time.Now().UnixNano()), managerArgs...)
+	if err != nil {
+		return err
+	}
+	s.manager = m
+	return nil
+}
