@@ -104,7 +104,7 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	// The ip-agents' witness key: made once, never replaced.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		return wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-			if err := witnesskey.Ensure(ctx, mgr.GetClient(), o.heartbeatNamespace, witnessKeySecret); err != nil {
+			if err := witnesskey.Ensure(ctx, mgr.GetAPIReader(), mgr.GetClient(), o.heartbeatNamespace, witnessKeySecret); err != nil {
 				ctrl.Log.Error(err, "Providing the ip-agents' witness key")
 				return false, nil
 			}

@@ -158,6 +158,7 @@ func testAgentPolicy(t *testing.T, in install) {
 			"claimed":            func(s *ipv1.IPStatus) { s.Claimed = false },
 			"lastMoveTime":       func(s *ipv1.IPStatus) { s.LastMoveTime = &metav1.Time{Time: now.Add(time.Hour)} },
 			"observedGeneration": func(s *ipv1.IPStatus) { s.ObservedGeneration = 7 },
+			"witnesses":          func(s *ipv1.IPStatus) { s.Witnesses = []string{node1} },
 		} {
 			t.Run(field, func(t *testing.T) {
 				g := NewWithT(t)
@@ -204,6 +205,24 @@ func testAgentPolicy(t *testing.T, in install) {
 			"may set status.attachedPod only while its node is attached")
 		set(ip.Name, attached(placed, node1, "default/app"))
 		g.Expect(status(ip.Name)).To(same(attached(placed, node1, "default/app")))
+	})
+
+	t.Run("attachedGeneration only for its own hold, on an IP with witnesses", func(t *testing.T) {
+		g := NewWithT(t)
+		set(ip.Name, placed)
+		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode, s.AttachedGeneration = node1, 5 }),
+			"may set status.attachedGeneration only for a hold of its own node on an IP that names witnesses")
+		witnessed := placed
+		witnessed.Witnesses = []string{node2}
+		set(ip.Name, witnessed)
+		g.Expect(patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode, s.AttachedGeneration = node1, 5 })).To(Succeed(), "attach in a generation")
+		g.Expect(patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedGeneration = 6 })).To(Succeed(), "claim again in a new generation")
+		refused(g, patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode = "" }),
+			"must clear status.attachedGeneration together with status.attachedNode")
+		// Another node's agent cannot touch the hold.
+		refused(g, patch(other, ip.Name, func(s *ipv1.IPStatus) { s.AttachedGeneration = 7 }), "may not change IP "+ip.Name)
+		g.Expect(patch(own, ip.Name, func(s *ipv1.IPStatus) { s.AttachedNode, s.AttachedGeneration = "", 0 })).To(Succeed(), "release")
+		set(ip.Name, attached(placed, node1, "default/app"))
 	})
 
 	t.Run("attachedNode only its own, only where placed", func(t *testing.T) {

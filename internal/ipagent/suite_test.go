@@ -39,6 +39,9 @@ var (
 	agent *Reconciler
 	dp    = newFakeDataplane(thisNode)
 	lease = &fakeLease{}
+	// witnesses is the agent's peer in the witness protocol, as the tests
+	// want it.
+	witnesses = newFakeWitnesses()
 	// testEnv is the API server, for tests that need their own clients.
 	testEnv *testenv.Env
 )
@@ -66,6 +69,8 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 			Lease:     lease,
 			Interface: uplink,
 			Resync:    resync,
+			// IPs that name witnesses are held on their word (witness_test.go).
+			Witness: &WitnessConfig{Peer: witnesses, Port: 7946, Nodes: mgr.GetAPIReader()},
 		}
 		return agent.SetupWithManager(mgr)
 	}, ipv1.AddToScheme)

@@ -27,10 +27,11 @@ const Size = 32
 // Ensure creates the Secret with a new random key unless it exists; an
 // existing Secret is never changed (the agents hold its key, and a user may
 // have provided their own). It fails if an existing one holds no usable
-// key, saying so without showing it.
-func Ensure(ctx context.Context, c client.Client, namespace, name string) error {
+// key, saying so without showing it. r should read from the API server:
+// the manager may get this one Secret, not list or watch Secrets.
+func Ensure(ctx context.Context, r client.Reader, w client.Writer, namespace, name string) error {
 	s := &corev1.Secret{}
-	err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s)
+	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
 		key := make([]byte, Size)
 		if _, err := rand.Read(key); err != nil {
@@ -42,9 +43,9 @@ func Ensure(ctx context.Context, c client.Client, namespace, name string) error 
 			Type: corev1.SecretTypeOpaque,
 			Data: map[string][]byte{DataKey: key},
 		}
-		err = c.Create(ctx, s)
+		err = w.Create(ctx, s)
 		if apierrors.IsAlreadyExists(err) {
-			return Ensure(ctx, c, namespace, name) // another replica made it
+			return Ensure(ctx, r, w, namespace, name) // another replica made it
 		}
 		if err != nil {
 			return fmt.Errorf("creating the witness key Secret %s/%s: %w", namespace, name, err)

@@ -134,6 +134,36 @@ func TestARestartedHolderLearnsItWasDeclaredSilent(t *testing.T) {
 	}
 }
 
+// A holder told its generation was declared silent starts a new one
+// (what the agent does once it has stopped answering): the witness vouches
+// for the new generation, never for the old; a generation that does not
+// move forward is refused.
+func TestALostHolderHoldsAgainInANewGeneration(t *testing.T) {
+	b := start(t, "b", 1, 3)
+	a := start(t, "a", 1, 7)
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
+	eventually(t, "a holds", func() bool { return a.HeldUntil([]string{"b"}).After(time.Now()) })
+	a.stop()
+	eventually(t, "b declares a/7", func() bool { return len(b.declaredHolds()) > 0 })
+	again := start(t, "a", 1, 7)
+	again.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
+	eventually(t, "a/7 learns it was declared silent", func() bool {
+		again.mu.Lock()
+		defer again.mu.Unlock()
+		return again.lost
+	})
+	if err := again.Restart(7); err == nil {
+		t.Fatal("restarted in the same generation")
+	}
+	if err := again.Restart(8); err != nil {
+		t.Fatal(err)
+	}
+	if again.Gen() != 8 || again.HeldUntil([]string{"b"}).After(time.Now()) {
+		t.Fatal("the new generation starts with what the old one was vouched for")
+	}
+	eventually(t, "a/8 holds", func() bool { return again.HeldUntil([]string{"b"}).After(time.Now()) })
+}
+
 func TestNewRefusesBadConfig(t *testing.T) {
 	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize))
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")

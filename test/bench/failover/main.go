@@ -65,6 +65,7 @@ func main() {
 	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
 	flag.DurationVar(&partitionFor, "partition", 5*time.Second, "after the failovers, isolate the holder's node from all but the client this long (0: skip)")
 	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
+	flag.StringVar(&failover, "failover", "Lease", "the pool's spec.failover: Lease, or Witness (the agents vouch for each other; docs/design/failover.md)")
 	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
 	if *peer == "keepalived" {
@@ -104,10 +105,17 @@ var (
 // -restart-after.
 var stallFor, stallWatch, restartAfter time.Duration
 
+// failover is -failover: the pool's spec.failover.
+var failover string
+
 type bench struct {
 	lab    *lab.Lab
 	c      client.Client
 	agents []string
+	// manager runs with managerArgs; it exits when it loses its leader
+	// Lease (a stall), and is started again as the kubelet would.
+	manager     *lab.Manager
+	managerArgs []string
 	// vpc is the lab's VPC model (aws only).
 	vpc *lab.VPC
 	// ec2Calls, mutating and own are per failover (aws only): EC2 calls,
@@ -151,10 +159,16 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		}
 		managerArgs = append(managerArgs, "--aws-provider", "--aws-region=lab-1", "--aws-endpoint="+b.vpc.Endpoint)
 	}
-	if _, err := l.StartManager(ctx, "manager", managerArgs...); err != nil {
+	if b.manager, err = l.StartManager(ctx, "manager", managerArgs...); err != nil {
 		return err
 	}
+	b.managerArgs = managerArgs
 	agentArgs := []string{"--lease-duration", leaseDuration.String(), "--renew-interval", renew.String()}
+	witnessArgs, err := l.WitnessArgs()
+	if err != nil {
+		return err
+	}
+	agentArgs = append(agentArgs, witnessArgs...)
 	b.agents = agentArgs
 	for _, n := range l.Nodes {
 		if _, err := l.StartIPAgent(ctx, n, agentArgs...); err != nil {
@@ -172,12 +186,13 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		provider = ipv1.ProviderAWS
 	}
 	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}, Provider: provider,
+		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}, Provider: provider, Failover: ipv1.FailoverMode(failover),
 			// The bench's pods run in default; no other pod may claim.
 			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
 	}
-	fmt.Printf("Settings: ip-agent --lease-duration=%s --renew-interval=%s; probe every 50 ms, 100 ms timeout\n", leaseDuration, renew)
+	fmt.Printf("Settings: pool failover %s; ip-agent --lease-duration=%s --renew-interval=%s %s; probe every 50 ms, 100 ms timeout\n",
+		failover, leaseDuration, renew, strings.Join(witnessArgs[:2], "="))
 
 	// Two nodes answering at once during a failover would make its
 	// downtime meaningless: the split detector watches every trial.

@@ -1,0 +1,144 @@
+package ipagent
+
+import (
+	"maps"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/witness"
+	"github.com/kubext/kubext/test/testenv"
+)
+
+// fakeWitnesses stands in for the agent's witnessnet.Peer (whose protocol
+// internal/witness and internal/witnessnet test): the tests say which
+// witness sets vouch, and see which nodes it is asked to probe.
+type fakeWitnesses struct {
+	mu     sync.Mutex
+	gen    witness.Gen
+	held   map[string]bool // witness set (joined by ",") -> vouched for
+	probed map[string]netip.AddrPort
+}
+
+func newFakeWitnesses() *fakeWitnesses {
+	return &fakeWitnesses{gen: 42, held: map[string]bool{}, probed: map[string]netip.AddrPort{}}
+}
+
+func (w *fakeWitnesses) Gen() witness.Gen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
+}
+
+func (w *fakeWitnesses) HeldUntil(ws []string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held[strings.Join(ws, ",")] {
+		return time.Now().Add(time.Hour)
+	}
+	return time.Time{}
+}
+
+func (w *fakeWitnesses) SetWitnesses(ws map[string]netip.AddrPort) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.probed = maps.Clone(ws)
+}
+
+// vouch makes a witness set vouch for this node (or stop), and pokes the
+// agent as the peer's answers do.
+func (w *fakeWitnesses) vouch(set string, held bool) {
+	w.mu.Lock()
+	w.held[set] = held
+	w.mu.Unlock()
+	agent.Poke()
+}
+
+func (w *fakeWitnesses) probing() map[string]netip.AddrPort {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.probed)
+}
+
+// witnessNode creates a node with an internal address, for an IP to name
+// as its witness.
+func (f *fixture) witnessNode(name, addr string) string {
+	f.T.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.name(name)},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}}}
+	f.G.Expect(k8s.Create(f.Ctx, n)).To(Succeed())
+	orig := n.DeepCopy()
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr}}
+	f.G.Expect(k8s.Status().Patch(f.Ctx, n, client.MergeFrom(orig))).To(Succeed())
+	f.T.Cleanup(func() { _ = k8s.Delete(f.Ctx, n) })
+	return n.Name
+}
+
+func (f *fixture) attachedGeneration(name string) func() int64 {
+	return func() int64 {
+		ip := &ipv1.IP{}
+		f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+		return ip.Status.AttachedGeneration
+	}
+}
+
+// An IP that names witnesses is claimed only once they vouch for this
+// node, and then in its generation; the agent probes them at their nodes'
+// addresses meanwhile. When they stop vouching the node lets go: the
+// address leaves the kernel and the claim is withdrawn.
+func TestWitnessHoldNeedsItsWitnesses(t *testing.T) {
+	f := newFixture(t)
+	w := f.witnessNode("w1", "192.0.2.91")
+	pod := f.pod("held", thisNode, "10.244.1.40")
+	ip := f.ip("held", "192.0.2.40", ipv1.IPStatus{Node: thisNode, Pod: pod, Witnesses: []string{w}})
+	f.G.Eventually(witnesses.probing, testenv.WaitFor).Should(HaveKeyWithValue(w, netip.MustParseAddrPort("192.0.2.91:7946")))
+	f.G.Consistently(f.attachedNode(ip), quiet, 100*time.Millisecond).Should(BeEmpty())
+	f.G.Expect(dp.everApplied(netip.MustParseAddr("192.0.2.40"))).To(BeFalse())
+
+	witnesses.vouch(w, true)
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeEquivalentTo(42))
+
+	witnesses.vouch(w, false)
+	f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(BeEmpty())
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeZero())
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.40"))).To(BeZero())
+}
+
+// A lapsed heartbeat (a stalled API server) does not silence what the node
+// holds on its witnesses' word; as soon as it also holds an IP on its
+// Lease, a lapse fences everything, as before.
+func TestLeaseLossSparesWitnessHolds(t *testing.T) {
+	f := newFixture(t)
+	t.Cleanup(func() { lease.held.Store(true); agent.Regained() })
+	w := f.witnessNode("w2", "192.0.2.92")
+	witnesses.vouch(w, true)
+	pod := f.pod("witnessed", thisNode, "10.244.1.41")
+	ip := f.ip("witnessed", "192.0.2.41", ipv1.IPStatus{Node: thisNode, Pod: pod, Witnesses: []string{w}})
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+
+	flushes := dp.flushCount()
+	lease.held.Store(false)
+	agent.LeaseLost()
+	f.G.Consistently(func(g Gomega) {
+		g.Expect(dp.flushCount()).To(Equal(flushes))
+		g.Expect(dp.programmed(netip.MustParseAddr("192.0.2.41"))).NotTo(BeZero())
+	}, quiet, 100*time.Millisecond).Should(Succeed())
+
+	lease.held.Store(true)
+	agent.Regained()
+	onLease := f.attached("on-lease", "192.0.2.42", "10.244.1.42")
+	f.G.Expect(f.attachedGeneration(onLease)()).To(BeZero())
+	lease.held.Store(false)
+	agent.LeaseLost()
+	f.G.Expect(dp.flushCount()).To(Equal(flushes + 1))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.42"))).To(BeZero())
+}

@@ -1,0 +1,62 @@
+package deployed
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/witnesskey"
+	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/staticip"
+)
+
+// Witness failover as installed: the manager has made the agents' key, the
+// agents mount it and reach each other on the node network, the admission
+// policy lets an agent record its generation, and the partner reaches the
+// holder at the address held on its witnesses' word.
+func TestDeployedWitnessHold(t *testing.T) {
+	needRoot(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := adminClient(t)
+	_, err := theLab.StartPodNetwork(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	key := &corev1.Secret{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: lab.SystemNamespace, Name: "kubext-witness-key"}, key)).To(Succeed())
+	g.Expect(key.Data[witnesskey.DataKey]).To(HaveLen(witnesskey.Size))
+
+	addr := netip.MustParseAddr("203.0.113.114")
+	staticip.WatchSplits(t, theLab.Net, addr)
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "deployed-witness"}, Spec: ipv1.IPPoolSpec{
+		Addresses: []string{"203.0.113.112/29"}, Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}},
+		Failover: ipv1.FailoverWitness}}
+	g.Expect(c.Create(ctx, pool)).To(Succeed())
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "witnessed"}, Spec: ipv1.IPSpec{Address: addr.String()}}
+	g.Expect(c.Create(ctx, ip)).To(Succeed())
+	dep := staticip.Deployment("witnessed-app", "witnessed", 2)
+	g.Expect(c.Create(ctx, dep)).To(Succeed())
+	t.Cleanup(func() {
+		_ = c.Delete(ctx, dep)
+		_ = c.Delete(ctx, ip)
+		_ = c.Delete(ctx, pool)
+	})
+	var holder string
+	g.Eventually(func(g Gomega) {
+		got := &ipv1.IP{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Name: "witnessed"}, got)).To(Succeed())
+		g.Expect(staticip.Ready(got)).To(BeTrue(), "IP not Ready: %v", got.Status.Conditions)
+		g.Expect(got.Status.Witnesses).NotTo(BeEmpty())
+		g.Expect(got.Status.AttachedGeneration).To(BeNumerically(">", 0), "held on the Lease, not on the witnesses")
+		holder = staticip.PodName(got.Status.Pod)
+	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+	g.Eventually(func() (string, error) { return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second) },
+		30*time.Second, 100*time.Millisecond).Should(Equal(holder))
+}
