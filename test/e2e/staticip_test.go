@@ -35,8 +35,8 @@ type staticIPStack struct {
 var (
 	witnessArgs []string
 	stackOnce   sync.Once
-	stack     *staticIPStack
-	stackErr  error
+	stack       *staticIPStack
+	stackErr    error
 )
 
 func staticIP(t *testing.T) *staticIPStack {
