@@ -108,6 +108,9 @@ type Reconciler struct {
 	witnessSets [][]string
 	// addrs are the witnesses' node addresses, by node name.
 	addrs sync.Map
+	// waiting are the IPs placed here waiting for their witnesses to
+	// vouch, by UID: since when.
+	waiting sync.Map
 }
 
 // Reconcile converges the node.
@@ -138,6 +141,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	if claimErr != nil {
 		return ctrl.Result{}, claimErr
+	}
+	if r.Witness != nil && r.waitingForWitnesses(ips) {
+		return ctrl.Result{RequeueAfter: min(r.Resync, r.Witness.fallbackAfter()/4)}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Resync}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,18 @@ type WitnessConfig struct {
 	// Nodes reads other nodes' addresses (the API server: the agent's
 	// cache holds its own Node only).
 	Nodes client.Reader
+	// Fallback is how long an IP placed here waits for its witnesses to
+	// vouch before the node holds it on its Lease instead (the witness
+	// port filtered, the witnesses' agents down): default 3 s.
+	Fallback time.Duration
+}
+
+// fallbackAfter is WitnessConfig.Fallback with its default.
+func (c *WitnessConfig) fallbackAfter() time.Duration {
+	if c.Fallback > 0 {
+		return c.Fallback
+	}
+	return 3 * time.Second
 }
 
 // holdRule is the rule this node would hold ip under: its generation on
@@ -40,11 +53,52 @@ type WitnessConfig struct {
 // the protocol, else 0 on its heartbeat Lease; and whether it may hold it
 // now. Each hold records its rule (attachedGeneration), and the
 // controller judges it by that rule only.
+//
+// When the witnesses do not vouch within the fallback time, the node
+// holds the IP on its Lease (and keeps that rule until it lets go): a
+// filtered witness port must not keep an address dark for ever.
 func (r *Reconciler) holdRule(ip *ipv1.IP, leaseHeld bool, now time.Time) (gen int64, may bool) {
 	if r.Witness == nil || len(ip.Status.Witnesses) == 0 {
 		return 0, leaseHeld
 	}
-	return int64(r.Witness.Peer.Gen()), r.Witness.Peer.HeldUntil(ip.Status.Witnesses).After(now)
+	if ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0 {
+		return 0, leaseHeld // held on the Lease already: no flapping
+	}
+	if r.Witness.Peer.HeldUntil(ip.Status.Witnesses).After(now) {
+		r.waiting.Delete(ip.UID)
+		return int64(r.Witness.Peer.Gen()), true
+	}
+	since, _ := r.waiting.LoadOrStore(ip.UID, now)
+	if now.Sub(since.(time.Time)) < r.Witness.fallbackAfter() {
+		return int64(r.Witness.Peer.Gen()), false
+	}
+	if _, told := r.warned.LoadOrStore("fallback/"+string(ip.UID), true); !told {
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonWitnessesUnreachable, "Attach",
+			"Node %s heard no majority of the witnesses %s within %s (is UDP port %d open between the nodes?): it holds %s on its heartbeat Lease instead, and fails over as in Lease failover",
+			r.Node, strings.Join(ip.Status.Witnesses, ", "), r.Witness.fallbackAfter(), r.Witness.Port, ip.Status.Address)
+	}
+	return 0, leaseHeld
+}
+
+// waitingForWitnesses reports whether some IP placed here waits for its
+// witnesses: the next reconcile must come before its fallback time.
+func (r *Reconciler) waitingForWitnesses(ips []*ipv1.IP) bool {
+	placed := map[types.UID]bool{}
+	for _, ip := range ips {
+		if r.placedHere(ip) {
+			placed[ip.UID] = true
+		}
+	}
+	waiting := false
+	r.waiting.Range(func(k, _ any) bool {
+		if placed[k.(types.UID)] {
+			waiting = true
+		} else {
+			r.waiting.Delete(k) // placed elsewhere now, or gone
+		}
+		return true
+	})
+	return waiting
 }
 
 // probeWitnesses makes the peer probe the witnesses of every IP placed

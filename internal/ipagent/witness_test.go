@@ -10,6 +10,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -141,4 +142,23 @@ func TestLeaseLossSparesWitnessHolds(t *testing.T) {
 	agent.LeaseLost()
 	f.G.Expect(dp.flushCount()).To(Equal(flushes + 1))
 	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.42"))).To(BeZero())
+}
+
+// Witnesses that never vouch (the witness port filtered) do not keep an
+// address dark: after the fallback time the node holds it on its Lease,
+// says so in an Event, and keeps that rule (no flapping back) while it
+// holds it, even once the witnesses vouch.
+func TestUnreachableWitnessesFallBackToTheLease(t *testing.T) {
+	f := newFixture(t)
+	w := f.witnessNode("w3", "192.0.2.93")
+	pod := f.pod("fallback", thisNode, "10.244.1.43")
+	ip := f.ip("fallback", "192.0.2.43", ipv1.IPStatus{Node: thisNode, Pod: pod, Witnesses: []string{w}})
+	f.G.Consistently(f.attachedNode(ip), 2*time.Second, 100*time.Millisecond).Should(BeEmpty(), "claimed before the fallback time")
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeZero())
+	f.G.Eventually(func() []eventsv1.Event { return ipEvents(f.Ctx, ip) }, testenv.WaitFor).Should(ContainElement(
+		HaveField("Reason", ipv1.ReasonWitnessesUnreachable)))
+
+	witnesses.vouch(w, true)
+	f.G.Consistently(f.attachedGeneration(ip), quiet, 100*time.Millisecond).Should(BeZero())
 }

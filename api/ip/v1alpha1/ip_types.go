@@ -104,8 +104,14 @@ const (
 	ReasonNoEligibleNode = "NoEligibleNode"
 
 	// ReasonNodeLost: the node holding the address stopped renewing its
-	// heartbeat and no standby could take over.
+	// heartbeat (or its witnesses declared it silent) and no standby could
+	// take over.
 	ReasonNodeLost = "NodeLost"
+
+	// ReasonWitnessesUnreachable (Event): the node the IP is placed on
+	// heard no majority of its witnesses in time and holds it on its
+	// heartbeat Lease instead (Witness failover falling back to Lease).
+	ReasonWitnessesUnreachable = "WitnessesUnreachable"
 
 	// ReasonNoAllowedClaimant: pods claim the IP, but none is allowed to by
 	// spec.claimants and the pool's spec.claimants.

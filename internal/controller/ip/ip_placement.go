@@ -188,7 +188,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 			r.attached(ip)
 		}
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionTrue,
-			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s", target, ip.Status.Address, pod)})
+			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s%s", target, ip.Status.Address, pod, holdRule(ip))})
 	case ip.Status.AttachedNode == target:
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonProgramming, Message: fmt.Sprintf("the agent on %s is programming %s for %s", target, ip.Status.Address, pod)})
@@ -413,4 +413,18 @@ func (f *stopwatch) done(ip string) (time.Time, bool) {
 	t, ok := f.started[ip]
 	delete(f.started, ip)
 	return t, ok
+}
+
+// holdRule says, for the Attached condition, what keeps a Witness-failover
+// hold: its witnesses, or the Lease when they did not vouch in time.
+func holdRule(ip *ipv1.IP) string {
+	switch {
+	case len(ip.Status.Witnesses) == 0:
+		return ""
+	case ip.Status.AttachedGeneration == 0:
+		return fmt.Sprintf(", on its heartbeat Lease: its witnesses (%s) did not vouch for it in time (%s)",
+			strings.Join(ip.Status.Witnesses, ", "), ipv1.ReasonWitnessesUnreachable)
+	default:
+		return fmt.Sprintf(", on the word of its witnesses (%s)", strings.Join(ip.Status.Witnesses, ", "))
+	}
 }
