@@ -103,6 +103,53 @@ func TestStaticIPWitnessFailover(t *testing.T) {
 	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
 }
 
+// The holder's agent frozen (a stuck process on a healthy node) in a
+// Witness pool: its witnesses stop hearing it and declare it silent, the
+// address moves to the standby, and the frozen node's kernel has let go of
+// the address by then (the hold's deadline), so the split detector never
+// sees two nodes; woken up, the agent learns its generation was declared
+// silent and answers for nothing it no longer holds.
+func TestStaticIPWitnessFrozenAgent(t *testing.T) {
+	s := staticIP(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	addr := netip.MustParseAddr("203.0.113.115")
+	staticip.WatchSplits(t, theLab.Net, addr)
+	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-witness-frozen"}, Spec: ipv1.IPPoolSpec{
+		Addresses: []string{"203.0.113.115/32"}, Claimants: defaultClaimants(), Failover: ipv1.FailoverWitness}}
+	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "witness-frozen"}, Spec: ipv1.IPSpec{Address: addr.String()}}
+	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
+	dep := staticip.Deployment("witness-frozen-app", "witness-frozen", 2)
+	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
+	t.Cleanup(func() {
+		_ = s.c.Delete(ctx, dep)
+		_ = s.c.Delete(ctx, ip)
+		_ = s.c.Delete(ctx, pool)
+	})
+	before := s.waitReady(g, "witness-frozen", 1)
+	g.Expect(before.Status.AttachedGeneration).To(BeNumerically(">", 0))
+	frozenNode, standby := before.Status.Node, staticip.PodName(before.Status.Standbys[0])
+	client := theLab.Net.ClientNamespace()
+	g.Eventually(func() (string, error) { return staticip.AskFrom(client, addr, time.Second) },
+		20*time.Second, 100*time.Millisecond).Should(Equal(staticip.PodName(before.Status.Pod)))
+
+	froze := time.Now()
+	resume := s.freezeAsync(t, s.agents[frozenNode])
+	g.Eventually(func() (string, error) { return staticip.AskFrom(client, addr, 100*time.Millisecond) },
+		30*time.Second, 20*time.Millisecond).Should(Equal(standby))
+	t.Logf("the standby answered %s after the holder's agent froze", time.Since(froze).Round(10*time.Millisecond))
+	g.Expect(answersOn(addr)).NotTo(ContainElement(frozenNode))
+	time.Sleep(time.Until(froze.Add(5 * time.Second)))
+	resume()
+	g.Consistently(func(g Gomega) {
+		now := s.ip(g, "witness-frozen")
+		g.Expect(now.Status.Node).NotTo(Equal(frozenNode))
+		g.Expect(answersOn(addr)).To(Equal([]string{now.Status.Node}))
+		g.Expect(staticip.AskFrom(client, addr, time.Second)).To(Equal(standby))
+	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
+}
+
 func theNodeOf(g Gomega, s *staticIPStack, name string) string {
 	return s.ip(g, name).Status.Node
 }
