@@ -217,7 +217,12 @@ func run(ctx context.Context, args []string) error {
 		},
 		Needed:      duty.Needed,
 		Annotations: wit.annotations,
-		Log:         ctrl.Log.WithName("heartbeat"),
+		// With the witness protocol on, a node that holds nothing on its
+		// Lease renews it every idleRenew only.
+		Idle:              wit.idle(agent, duty),
+		IdleDuration:      wf.idleLease,
+		IdleRenewInterval: wf.idleRenew,
+		Log:               ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err

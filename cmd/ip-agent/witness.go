@@ -31,6 +31,9 @@ type witnessFlags struct {
 	port    uint
 	keyFile string
 	timing  witness.Timing
+	// idleLease and idleRenew are the heartbeat's timings while the node
+	// holds nothing on its Lease.
+	idleLease, idleRenew time.Duration
 }
 
 // defaultWitnessTiming is the timing while the kernel enforces a hold
@@ -57,6 +60,9 @@ func (f *witnessFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timing.HoldFor, "witness-hold-for", f.timing.HoldFor, "How long after a probe a quorum vouched for the holder keeps answering.")
 	fs.DurationVar(&f.timing.SilentAfter, "witness-silent-after", f.timing.SilentAfter, "How long a witness hears nothing from a node before it declares it silent.")
 	fs.DurationVar(&f.timing.FenceSlack, "witness-fence-slack", f.timing.FenceSlack, "How long after its hold ends the kernel may still answer (lifetime granularity and reaping).")
+	fs.DurationVar(&f.idleLease, "idle-lease-duration", 12*time.Second, "With --witness-port: the heartbeat's lease duration while the node holds nothing on its Lease (whole seconds): "+
+		"how long a node that dies then still counts as a candidate.")
+	fs.DurationVar(&f.idleRenew, "idle-renew-interval", 6*time.Second, "With --witness-port: how often the heartbeat is renewed while the node holds nothing on its Lease.")
 }
 
 // witnessRun is the agent's peer, run by the manager.
@@ -183,6 +189,17 @@ func (w *witnessRun) follow(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// idle is the heartbeat's Idle: nil (never idle) without the protocol;
+// else idle while the node holds nothing on its Lease and only pools with
+// Witness failover select it (a Lease pool's standby must stay fresh to
+// be chosen, and to claim without waiting for a renewal).
+func (w *witnessRun) idle(agent *ipagent.Reconciler, duty *ipagent.Duty) func() bool {
+	if w == nil {
+		return nil
+	}
+	return func() bool { return agent.Idle() && duty.OnlyWitnessPools() }
 }
 
 // annotations publish the generation and the declarations on the Lease.

@@ -67,6 +67,17 @@ type Config struct {
 	// true again, or at once on Wake. It is called on the loop that
 	// renews and fences, so it must not block.
 	Needed func() bool
+	// Idle, if set, says the agent holds nothing on its Lease now (the
+	// ip-agent: every hold on its witnesses' word). Renewals then write
+	// IdleDuration and come only every IdleRenewInterval: the Lease is
+	// only liveness information, and costs a fraction of the writes. The
+	// hold still lapses FenceAfter after each renewal (OnLost, then
+	// OnRegained at the next), so nothing may be taken on the Lease
+	// without a renewal at the full rate: as soon as Idle turns false the
+	// next tick renews. It is called on the renewing loop and must not
+	// block.
+	Idle                            func() bool
+	IdleDuration, IdleRenewInterval time.Duration
 	// Annotations, if set, are written on the Lease with every renewal
 	// (the ip-agent's witness generation and declarations); Wake writes
 	// them at once. It must not block.
@@ -85,6 +96,7 @@ type Heartbeat struct {
 	mu        sync.Mutex
 	lastStart time.Time // start of the last successful renewal
 	held      bool
+	lastIdle  bool // the last renewal was an idle one
 	lease     *coordinationv1.Lease
 }
 
@@ -111,6 +123,11 @@ func New(cfg Config) (*Heartbeat, error) {
 	if cfg.FenceAfter >= cfg.Duration || cfg.RenewInterval >= cfg.FenceAfter {
 		return nil, fmt.Errorf("heartbeat: need renew interval (%s) < fence after (%s) < lease duration (%s)",
 			cfg.RenewInterval, cfg.FenceAfter, cfg.Duration)
+	}
+	if cfg.Idle != nil && (cfg.IdleDuration%time.Second != 0 || cfg.IdleDuration < cfg.Duration ||
+		cfg.IdleRenewInterval < cfg.RenewInterval || cfg.IdleRenewInterval >= cfg.IdleDuration) {
+		return nil, fmt.Errorf("heartbeat: need renew interval (%s) <= idle renew interval (%s) < idle lease duration (%s, whole seconds, at least the lease duration %s)",
+			cfg.RenewInterval, cfg.IdleRenewInterval, cfg.IdleDuration, cfg.Duration)
 	}
 	if cfg.now == nil {
 		cfg.now = time.Now
@@ -184,7 +201,8 @@ func (h *Heartbeat) checkLapse() {
 	}
 	h.mu.Unlock()
 	if lapsed {
-		h.cfg.Log.Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
+		// Between idle renewals the hold lapses by design: quietly.
+		h.cfg.Log.V(h.verbosity()).Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
 		h.notify.change(h.cfg.OnLost)
 	}
 }
@@ -200,7 +218,17 @@ func (h *Heartbeat) renew(ctx context.Context) {
 		h.checkLapse()
 		return
 	}
+	idle := h.cfg.Idle != nil && h.cfg.Idle()
 	start := h.cfg.now()
+	if idle {
+		h.mu.Lock()
+		recent := h.lastIdle && start.Sub(h.lastStart) < h.cfg.IdleRenewInterval
+		h.mu.Unlock()
+		if recent {
+			h.checkLapse()
+			return
+		}
+	}
 	// A renewal that hangs must not delay fencing: it may take only the
 	// time left before the hold lapses.
 	left := h.cfg.FenceAfter
@@ -218,30 +246,41 @@ func (h *Heartbeat) renew(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
-	if err := h.write(ctx, start); err != nil {
+	if err := h.write(ctx, start, idle); err != nil {
 		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
 		h.checkLapse()
 		return
 	}
 	h.mu.Lock()
 	regained := !h.held
-	h.lastStart, h.held = start, true
+	h.lastStart, h.held, h.lastIdle = start, true, idle
 	h.mu.Unlock()
 	if regained {
-		h.cfg.Log.Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
+		h.cfg.Log.V(h.verbosity()).Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
 		h.notify.change(h.cfg.OnRegained)
 	}
 	h.notify.renewed()
 }
 
-func (h *Heartbeat) write(ctx context.Context, start time.Time) error {
+// verbosity is the level of the hold's comings and goings: routine
+// between idle renewals.
+func (h *Heartbeat) verbosity() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lastIdle {
+		return 1
+	}
+	return 0
+}
+
+func (h *Heartbeat) write(ctx context.Context, start time.Time, idle bool) error {
 	leases := h.cfg.Client.Leases(h.cfg.Namespace)
 	name := LeaseName(h.cfg.Component, h.cfg.Node)
 	if h.lease == nil {
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
-			l, err = leases.Create(ctx, h.desired(&coordinationv1.Lease{}, start), metav1.CreateOptions{})
+			l, err = leases.Create(ctx, h.desired(&coordinationv1.Lease{}, start, idle), metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}
@@ -252,7 +291,7 @@ func (h *Heartbeat) write(ctx context.Context, start time.Time) error {
 		}
 		h.lease = l
 	}
-	l, err := leases.Update(ctx, h.desired(h.lease.DeepCopy(), start), metav1.UpdateOptions{})
+	l, err := leases.Update(ctx, h.desired(h.lease.DeepCopy(), start, idle), metav1.UpdateOptions{})
 	if err != nil {
 		h.lease = nil // re-read on the next round (conflict, deleted, ...)
 		return err
@@ -261,7 +300,7 @@ func (h *Heartbeat) write(ctx context.Context, start time.Time) error {
 	return nil
 }
 
-func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time) *coordinationv1.Lease {
+func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time, idle bool) *coordinationv1.Lease {
 	l.Name, l.Namespace = LeaseName(h.cfg.Component, h.cfg.Node), h.cfg.Namespace
 	if l.Labels == nil {
 		l.Labels = map[string]string{}
@@ -276,7 +315,11 @@ func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time) *coordinat
 		}
 	}
 	l.Spec.HolderIdentity = ptr.To(h.cfg.Node)
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(h.cfg.Duration / time.Second))
+	d := h.cfg.Duration
+	if idle {
+		d = h.cfg.IdleDuration
+	}
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(d / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: start}
 	if l.Spec.AcquireTime == nil || !h.held {
 		l.Spec.AcquireTime = &metav1.MicroTime{Time: start}

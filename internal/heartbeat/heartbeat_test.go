@@ -93,6 +93,15 @@ func TestNewRefusesBadConfigs(t *testing.T) {
 		err  string
 	}{
 		{"no client", valid(func(c *Config) { c.Client = nil }), "client, namespace, component and node are required"},
+		{"idle lease shorter than the lease", valid(func(c *Config) {
+			c.Idle, c.IdleDuration, c.IdleRenewInterval = func() bool { return true }, 2*time.Second, time.Second
+		}), "need renew interval (1s) <= idle renew interval (1s) < idle lease duration (2s, whole seconds, at least the lease duration 3s)"},
+		{"idle renewal not within the idle lease", valid(func(c *Config) {
+			c.Idle, c.IdleDuration, c.IdleRenewInterval = func() bool { return true }, 10*time.Second, 10*time.Second
+		}), "need renew interval (1s) <= idle renew interval (10s) < idle lease duration (10s, whole seconds, at least the lease duration 3s)"},
+		{"fractional idle lease", valid(func(c *Config) {
+			c.Idle, c.IdleDuration, c.IdleRenewInterval = func() bool { return true }, 10500*time.Millisecond, 5*time.Second
+		}), "need renew interval (1s) <= idle renew interval (5s) < idle lease duration (10.5s, whole seconds, at least the lease duration 3s)"},
 		{"no namespace", valid(func(c *Config) { c.Namespace = "" }), "client, namespace, component and node are required"},
 		{"no component", valid(func(c *Config) { c.Component = "" }), "client, namespace, component and node are required"},
 		{"no node", valid(func(c *Config) { c.Node = "" }), "client, namespace, component and node are required"},
@@ -470,4 +479,50 @@ func TestWritesNothingWhileNotNeeded(t *testing.T) {
 	g.Eventually(h.Held, 500*time.Millisecond, 5*time.Millisecond).Should(BeTrue(), "renewed at once on Wake")
 	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
 	g.Expect(writes.Load()).To(BeEquivalentTo(2))
+}
+
+// An idle agent (nothing held on its Lease) renews every IdleRenewInterval
+// with IdleDuration written, and its hold lapses between renewals; as soon
+// as it is not idle, the next tick renews at the full rate with the full
+// duration. The real clock: the intervals are short and only counted.
+func TestIdleRenewsRarelyWithItsOwnDuration(t *testing.T) {
+	g := NewWithT(t)
+	clientset := fake.NewClientset()
+	var writes atomic.Int32
+	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			writes.Add(1)
+		}
+		return false, nil, nil
+	})
+	var cb callbacks
+	var idle atomic.Bool
+	idle.Store(true)
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval = time.Second, 50*time.Millisecond
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = idle.Load, 2*time.Second, time.Second
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	run(t, h)
+	duration := func() int32 {
+		l, err := clientset.CoordinationV1().Leases(testNS).Get(context.Background(), LeaseName(testComponent, testNode), metav1.GetOptions{})
+		if err != nil || l.Spec.LeaseDurationSeconds == nil {
+			return 0
+		}
+		return *l.Spec.LeaseDurationSeconds
+	}
+	g.Eventually(duration, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
+	start := writes.Load()
+	time.Sleep(2500 * time.Millisecond)
+	// 50 ticks went by: two or three idle renewals, not fifty.
+	g.Expect(writes.Load() - start).To(BeNumerically("<=", 3))
+	g.Expect(cb.lost.Load()).To(BeNumerically(">=", 1), "the hold lapses between idle renewals")
+
+	idle.Store(false)
+	g.Eventually(duration, 500*time.Millisecond, 5*time.Millisecond).Should(BeEquivalentTo(1))
+	g.Eventually(h.Held, 500*time.Millisecond, 5*time.Millisecond).Should(BeTrue())
+	start = writes.Load()
+	time.Sleep(time.Second)
+	g.Expect(writes.Load() - start).To(BeNumerically(">=", 10), "the full rate once not idle")
+	g.Expect(h.Held()).To(BeTrue())
 }

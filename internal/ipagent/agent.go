@@ -104,8 +104,8 @@ type Reconciler struct {
 	Witness *WitnessConfig
 	// leaseHolds and witnessSets are what the last pass held, by rule
 	// (under mu).
-	leaseHolds  bool
-	witnessSets [][]string
+	leaseHolds, wantLease bool
+	witnessSets           [][]string
 	// addrs are the witnesses' node addresses, by node name.
 	addrs sync.Map
 	// waiting are the IPs placed here waiting for their witnesses to

@@ -53,12 +53,15 @@ const dutyRecheck = 10 * time.Second
 // It is computed on Duty's own goroutine from the caches, at every change
 // of the IPPools, the node or its IPs, and every dutyRecheck.
 type Duty struct {
-	node   string
-	reader client.Reader
-	cache  cache.Cache
-	ips    *nodeIPs
-	needed atomic.Bool
-	wake   chan struct{}
+	node    string
+	reader  client.Reader
+	cache   cache.Cache
+	ips     *nodeIPs
+	needed  atomic.Bool
+	checked atomic.Bool
+	// leasePools: some pool with Lease failover selects the node.
+	leasePools atomic.Bool
+	wake       chan struct{}
 	// changed is called when Needed turns true, so that the heartbeat
 	// renews at once rather than at its next tick.
 	changed func()
@@ -82,6 +85,11 @@ func (r *Reconciler) NewDuty(mgr ctrl.Manager, onNeeded func()) (*Duty, error) {
 // Needed reports whether the node's agent must renew its heartbeat, as of
 // the last check (false until the first one).
 func (d *Duty) Needed() bool { return d.needed.Load() }
+
+// OnlyWitnessPools reports whether every pool that selects the node has
+// Witness failover, as of the last check (false until the first one): a
+// node that may be asked to hold an IP on its Lease must keep it fresh.
+func (d *Duty) OnlyWitnessPools() bool { return d.checked.Load() && !d.leasePools.Load() }
 
 // NeedLeaderElection is false: every agent decides for its own node.
 func (d *Duty) NeedLeaderElection() bool { return false }
@@ -111,6 +119,9 @@ func (d *Duty) Start(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		needed, why, err := d.check(ctx)
+		if err == nil {
+			d.checked.Store(true)
+		}
 		switch {
 		case err != nil:
 			// Keep the last answer: a failed read says nothing new.
@@ -138,14 +149,12 @@ func (d *Duty) poke() {
 	}
 }
 
-// check computes Needed, and which object makes it so.
+// check computes Needed, and which object makes it so; and whether a pool
+// with Lease failover selects the node (OnlyWitnessPools).
 func (d *Duty) check(ctx context.Context) (bool, string, error) {
 	empty, err := d.ips.empty(ctx)
 	if err != nil {
 		return false, "", err
-	}
-	if !empty {
-		return true, "an IP names this node", nil
 	}
 	pools := &ipv1.IPPoolList{}
 	if err := d.reader.List(ctx, pools); err != nil {
@@ -157,12 +166,20 @@ func (d *Duty) check(ctx context.Context) (bool, string, error) {
 		return false, "", err
 	}
 	known := err == nil
+	why, lease := "", false
 	for i := range pools.Items {
 		if selects(&pools.Items[i], node, known) {
-			return true, "pool " + pools.Items[i].Name + " selects this node", nil
+			if why == "" {
+				why = "pool " + pools.Items[i].Name + " selects this node"
+			}
+			lease = lease || pools.Items[i].Spec.Failover != ipv1.FailoverWitness
 		}
 	}
-	return false, "", nil
+	d.leasePools.Store(lease)
+	if !empty {
+		return true, "an IP names this node", nil
+	}
+	return why != "", why, nil
 }
 
 // selects is the controller's rule (nodeAllowed in internal/controller/ip):

@@ -25,12 +25,14 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 	var errs []error
 	onLease := map[string]bool{}
 	var sets [][]string
+	wantLease := false
 	now := time.Now()
 	for _, ip := range ips {
 		if !r.placedHere(ip) {
 			continue
 		}
 		gen, may := r.holdRule(ip, held, now)
+		wantLease = wantLease || gen == 0
 		if !may {
 			continue
 		}
@@ -62,7 +64,7 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 			pending[ip.Name] = true
 		}
 	}
-	if !r.recordHolds(len(onLease) > 0, sets) {
+	if !r.recordHolds(len(onLease) > 0, wantLease, sets) {
 		// The Lease lapsed during this pass: nothing held on it is
 		// programmed (LeaseLost fences what was).
 		for name := range onLease {

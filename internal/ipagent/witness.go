@@ -144,13 +144,27 @@ func (r *Reconciler) nodeAddr(ctx context.Context, name string) (netip.Addr, err
 }
 
 // recordHolds notes what this pass holds, and by which rule, under mu
-// (see LeaseLost and HoldDeadline). It returns whether the Lease is still
-// held when some hold depends on it: if not, the caller drops those holds.
-func (r *Reconciler) recordHolds(onLease bool, sets [][]string) bool {
+// (see LeaseLost and HoldDeadline), and whether some IP placed here is to
+// be held on the Lease (Idle). It returns whether the Lease is still held
+// when some hold depends on it: if not, the caller drops those holds.
+func (r *Reconciler) recordHolds(onLease, wantLease bool, sets [][]string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.leaseHolds, r.witnessSets = onLease, sets
+	r.leaseHolds, r.wantLease, r.witnessSets = onLease, wantLease || onLease, sets
 	return !onLease || r.Lease.Held()
+}
+
+// Idle reports whether nothing here is, or is about to be, held on the
+// heartbeat Lease: the agent takes part in the witness protocol and every
+// IP placed here is held on its witnesses' word (or none is). The Lease
+// is then only liveness information, renewed rarely (heartbeat.Config.Idle).
+func (r *Reconciler) Idle() bool {
+	if r.Witness == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.wantLease
 }
 
 // LeaseLost is called when the heartbeat hold lapses. A node whose holds

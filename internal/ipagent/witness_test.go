@@ -125,6 +125,7 @@ func TestLeaseLossSparesWitnessHolds(t *testing.T) {
 	pod := f.pod("witnessed", thisNode, "10.244.1.41")
 	ip := f.ip("witnessed", "192.0.2.41", ipv1.IPStatus{Node: thisNode, Pod: pod, Witnesses: []string{w}})
 	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+	f.G.Eventually(agent.Idle, testenv.WaitFor).Should(BeTrue(), "nothing held on the Lease: it may be renewed rarely")
 
 	flushes := dp.flushCount()
 	lease.held.Store(false)
@@ -138,6 +139,7 @@ func TestLeaseLossSparesWitnessHolds(t *testing.T) {
 	agent.Regained()
 	onLease := f.attached("on-lease", "192.0.2.42", "10.244.1.42")
 	f.G.Expect(f.attachedGeneration(onLease)()).To(BeZero())
+	f.G.Expect(agent.Idle()).To(BeFalse(), "an IP held on the Lease")
 	lease.held.Store(false)
 	agent.LeaseLost()
 	f.G.Expect(dp.flushCount()).To(Equal(flushes + 1))

@@ -249,6 +249,11 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		fmt.Println(part)
 		partFields = part.fields()
 	}
+	if rate, err := b.leaseWrites(ctx, 15*time.Second); err == nil {
+		partFields += fmt.Sprintf(" lease_writes_per_node_s=%.2f", rate)
+	} else {
+		return err
+	}
 	fmt.Printf("time with two nodes answering: %d ms\n", splits.SplitTime().Milliseconds())
 	fmt.Printf("failover_p50_s=%.2f failover_p99_s=%.2f failover_max_s=%.2f attach_p50_s=%.2f attach_p99_s=%.2f trials=%d lease_s=%g renew_s=%g splits=%d split_brain_ms=%d%s%s\n",
 		stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99), slices.Max(downtimes), stats.Percentile(attaches, 50), stats.Percentile(attaches, 99),
