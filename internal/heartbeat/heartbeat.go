@@ -186,7 +186,7 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 		case <-renew.C:
 			h.renew(ctx)
 		case <-h.wake:
-			h.renew(ctx)
+			h.renewNow(ctx, true)
 		case <-check.C:
 			h.checkLapse()
 		}
@@ -207,12 +207,17 @@ func (h *Heartbeat) checkLapse() {
 	}
 }
 
-// Wake asks for a renewal now rather than at the next tick: Needed has
-// just turned true.
+// Wake asks for a renewal now rather than at the next tick, idle or not:
+// Needed has just turned true, or the Annotations have news (a witness's
+// declaration, which the controller waits for to fail over).
 func (h *Heartbeat) Wake() { signal(h.wake) }
 
-// renew writes one renewal, bounded by the time left before fencing.
-func (h *Heartbeat) renew(ctx context.Context) {
+// renew writes one renewal at a tick, bounded by the time left before
+// fencing.
+func (h *Heartbeat) renew(ctx context.Context) { h.renewNow(ctx, false) }
+
+// renewNow writes one renewal; woken, even if an idle one was recent.
+func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	if h.cfg.Needed != nil && !h.cfg.Needed() {
 		// Nothing to hold: write nothing, and let the hold lapse.
 		h.checkLapse()
@@ -220,7 +225,7 @@ func (h *Heartbeat) renew(ctx context.Context) {
 	}
 	idle := h.cfg.Idle != nil && h.cfg.Idle()
 	start := h.cfg.now()
-	if idle {
+	if idle && !woken {
 		h.mu.Lock()
 		recent := h.lastIdle && start.Sub(h.lastStart) < h.cfg.IdleRenewInterval
 		h.mu.Unlock()

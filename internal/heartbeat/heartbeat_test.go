@@ -526,3 +526,36 @@ func TestIdleRenewsRarelyWithItsOwnDuration(t *testing.T) {
 	g.Expect(writes.Load() - start).To(BeNumerically(">=", 10), "the full rate once not idle")
 	g.Expect(h.Held()).To(BeTrue())
 }
+
+// Wake writes at once even while idle: the annotations may carry news the
+// controller waits for (a witness's declaration).
+func TestWakeWritesWhileIdle(t *testing.T) {
+	g := NewWithT(t)
+	clientset := fake.NewClientset()
+	var writes atomic.Int32
+	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			writes.Add(1)
+		}
+		return false, nil, nil
+	})
+	cfg := testConfig(clientset.CoordinationV1())
+	cfg.Duration, cfg.RenewInterval = time.Second, 50*time.Millisecond
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 20*time.Second, 10*time.Second
+	var news atomic.Value
+	news.Store("none")
+	cfg.Annotations = func() map[string]string { return map[string]string{"example.com/news": news.Load().(string)} }
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	run(t, h)
+	g.Eventually(writes.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(1))
+	news.Store("declared")
+	h.Wake()
+	g.Eventually(func() string {
+		l, err := clientset.CoordinationV1().Leases(testNS).Get(context.Background(), LeaseName(testComponent, testNode), metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		return l.Annotations["example.com/news"]
+	}, time.Second, 5*time.Millisecond).Should(Equal("declared"))
+}
