@@ -60,9 +60,9 @@ func (f *witnessFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timing.HoldFor, "witness-hold-for", f.timing.HoldFor, "How long after a probe a quorum vouched for the holder keeps answering.")
 	fs.DurationVar(&f.timing.SilentAfter, "witness-silent-after", f.timing.SilentAfter, "How long a witness hears nothing from a node before it declares it silent.")
 	fs.DurationVar(&f.timing.FenceSlack, "witness-fence-slack", f.timing.FenceSlack, "How long after its hold ends the kernel may still answer (lifetime granularity and reaping).")
-	fs.DurationVar(&f.idleLease, "idle-lease-duration", 12*time.Second, "With --witness-port: the heartbeat's lease duration while the node holds nothing on its Lease (whole seconds): "+
+	fs.DurationVar(&f.idleLease, "idle-lease-duration", 16*time.Second, "With --witness-port: the heartbeat's lease duration while the node holds nothing on its Lease (whole seconds): "+
 		"how long a node that dies then still counts as a candidate.")
-	fs.DurationVar(&f.idleRenew, "idle-renew-interval", 6*time.Second, "With --witness-port: how often the heartbeat is renewed while the node holds nothing on its Lease.")
+	fs.DurationVar(&f.idleRenew, "idle-renew-interval", 8*time.Second, "With --witness-port: how often the heartbeat is renewed while the node holds nothing on its Lease.")
 }
 
 // witnessRun is the agent's peer, run by the manager.

@@ -523,7 +523,7 @@ func TestIdleRenewsRarelyWithItsOwnDuration(t *testing.T) {
 	g.Eventually(h.Held, 500*time.Millisecond, 5*time.Millisecond).Should(BeTrue())
 	start = writes.Load()
 	time.Sleep(time.Second)
-	g.Expect(writes.Load() - start).To(BeNumerically(">=", 10), "the full rate once not idle")
+	g.Expect(writes.Load()-start).To(BeNumerically(">=", 10), "the full rate once not idle")
 	g.Expect(h.Held()).To(BeTrue())
 }
 
