@@ -41,6 +41,15 @@ const (
 	// being deleted while addresses are still allocated from it: it stays
 	// until their IPs are deleted.
 	ReasonDeleteBlocked = "DeleteBlocked"
+
+	// ConditionWitnesses (pools with Witness failover) says whether the
+	// pool's holds are on their witnesses' word: False, with reason
+	// WitnessesUnreachable (ip_types.go), while some IP is held on its
+	// node's Lease because its witnesses did not vouch in time.
+	ConditionWitnesses = "Witnesses"
+	// ReasonWitnessesHeard: every held IP of the pool is held on its
+	// witnesses' word.
+	ReasonWitnessesHeard = "WitnessesHeard"
 )
 
 // FailoverMode is how a pool's holders are kept to one (IPPoolSpec.Failover).

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -103,7 +104,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		ready.Message = "provider aws is not enabled in this manager (start it with --aws-provider): addresses are allocated but attached to no node (an l2 announcement would not reach them in a VPC)"
 	}
 	setCondition(pool, ready)
-	return ctrl.Result{}, nil
+	return ctrl.Result{}, r.witnessCondition(ctx, pool)
 }
 
 // validSelectors checks what CEL cannot: that the label selectors parse.
@@ -195,6 +196,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&ipv1.IPPool{}).
 		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(addressToPool)).
 		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools)).
+		Watches(&ipv1.IP{}, handler.EnqueueRequestsFromMapFunc(ipToPool), builder.WithPredicates(fallbackChanged)).
 		Complete(r)
 }
 
