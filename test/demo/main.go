@@ -13,6 +13,9 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kubext/kubext/test/lab"
 )
@@ -145,5 +148,28 @@ func (d *demo) startManager(ctx context.Context) error {
 	}
 	d.metricsURL, d.manager = m.MetricsURL, m
 	say("Manager ready: metrics on %s, log in %s", d.metricsURL, m.Log)
+	return nil
+}
+
+// managerBack starts the manager again if it left (it does when it cannot
+// renew its leader Lease, e.g. while the demo freezes the API server), as
+// the kubelet would; installed, the lab restarts it, and this waits until
+// every pod of the install passes its probes again.
+func (d *demo) managerBack(ctx context.Context) error {
+	if d.deployed != nil {
+		return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			failed, err := d.deployed.Probe(ctx)
+			return err == nil && len(failed) == 0, nil
+		})
+	}
+	if d.manager == nil || d.manager.Running() {
+		return nil
+	}
+	say("(the manager lost its leader Lease during the freeze and left; starting it again, as the kubelet would)")
+	m, err := d.lab.StartManager(ctx, "manager-2")
+	if err != nil {
+		return err
+	}
+	d.metricsURL, d.manager = m.MetricsURL, m
 	return nil
 }

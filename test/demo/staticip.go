@@ -44,9 +44,10 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	subnet := d.lab.Net.Subnet
 	poolCIDR := netip.PrefixFrom(staticip.Nth(subnet, 96), 28)
 	addr := staticip.Nth(subnet, 100)
-	say("Creating IPPool %q (%s), claimable from namespace default only, and IP %q with the fixed address %s", "partners", poolCIDR, "telco-gw", addr)
+	say("Creating IPPool %q (%s, failover Witness: the nodes vouch for each other), claimable from namespace default only, and IP %q with the fixed address %s",
+		"partners", poolCIDR, "telco-gw", addr)
 	if err := c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "partners"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{poolCIDR.String()},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{poolCIDR.String()}, Failover: ipv1.FailoverWitness,
 			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
 	}
@@ -81,6 +82,9 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	if err := intruderScenario(ctx, d, c, ip); err != nil {
 		return err
 	}
+	if err := stallScenario(ctx, d, addr, staticip.PodName(ip.Status.Pod)); err != nil {
+		return err
+	}
 
 	say("Killing node %s (agent stopped, network cut, NotReady) ...", ip.Status.Node)
 	dead := ip.Status.Node
@@ -98,12 +102,16 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	if out, err := d.lab.Kubectl(ctx, "get", "ips"); err == nil {
 		fmt.Print(indent(string(out)))
 	}
-	say("Reviving %s: its agent comes back without the lease and stays silent", dead)
+	say("Reviving %s: its agent comes back in a new generation, its old one declared silent, and stays silent", dead)
 	if err := d.lab.ReviveNode(ctx, dead); err != nil {
 		return err
 	}
 	if d.deployed == nil { // deployed, the lab restarts the node's pods itself
-		if _, err := d.lab.StartIPAgent(ctx, dead); err != nil {
+		args, err := d.lab.WitnessArgs()
+		if err != nil {
+			return err
+		}
+		if _, err := d.lab.StartIPAgent(ctx, dead, args...); err != nil {
 			return err
 		}
 	}
@@ -161,6 +169,31 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 	return c.Delete(ctx, staticip.DeploymentIn("intruder", "intruder", "telco-gw", 1))
 }
 
+// stallScenario: kube-apiserver frozen for 5 s; the holder keeps
+// answering on its witnesses' word (with the Lease it would go dark after
+// 1.5 s).
+func stallScenario(ctx context.Context, d *demo, addr netip.Addr, holder string) error {
+	say("Freezing kube-apiserver for 5 s (SIGSTOP) while the partner asks every 100 ms ...")
+	resume, err := d.lab.PauseComponent(lab.ComponentAPIServer, 15*time.Second)
+	if err != nil {
+		return err
+	}
+	asked, answered := 0, 0
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		asked++
+		if got, err := staticip.AskFrom(d.lab.Net.ClientNamespace(), addr, 300*time.Millisecond); err == nil && got == holder {
+			answered++
+		}
+	}
+	if err := resume(); err != nil {
+		return err
+	}
+	say("API server frozen 5 s: %d of %d asks answered by %q — the holder's witnesses kept vouching for it", answered, asked, holder)
+	// A manager run by the demo may have lost its leader Lease meanwhile
+	// and left; installed, the kubelet (the lab) restarts it.
+	return d.managerBack(ctx)
+}
+
 func indent(s string) string {
 	return "      " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n      ") + "\n"
 }
@@ -170,8 +203,12 @@ func (d *demo) startIPAgents(ctx context.Context) error {
 	if d.ipAgents {
 		return nil
 	}
+	args, err := d.lab.WitnessArgs()
+	if err != nil {
+		return err
+	}
 	for _, n := range d.lab.Nodes {
-		if _, err := d.lab.StartIPAgent(ctx, n); err != nil {
+		if _, err := d.lab.StartIPAgent(ctx, n, args...); err != nil {
 			return err
 		}
 	}
