@@ -276,11 +276,14 @@ func (d *Dataplane) startAnnouncing(adm pass, t target) error {
 	return nil
 }
 
-// holdOver reports whether Options.HoldDeadline has passed: from then on the
+// holdOver reports whether Options.HoldDeadline or GateDeadline has
+// passed: from then on the
 // controller may give the address to another node, and announcing it
 // would point the neighbours' caches at the wrong node.
 func (d *Dataplane) holdOver() bool {
-	return d.opts.HoldDeadline != nil && !time.Now().Before(d.opts.HoldDeadline())
+	now := time.Now()
+	return (d.opts.HoldDeadline != nil && !now.Before(d.opts.HoldDeadline())) ||
+		(d.opts.GateDeadline != nil && !now.Before(d.opts.GateDeadline()))
 }
 
 // stopAnnouncing cancels the schedule of addr, if one runs.

@@ -117,6 +117,14 @@ type Options struct {
 	// agent lost, however late the freeze came.
 	HoldDeadline func() time.Time
 
+	// GateDeadline, when set, is enforced to the millisecond by nftables
+	// (the hold gate, gate.go): from then on the node drops ARP as, traffic
+	// to and traffic from every address kubext programmed, although the
+	// address may still be on the interface, until a Refresh or Apply with
+	// a later deadline. The address lifetimes (HoldDeadline) stay the
+	// coarse backstop. Announcements stop at the earlier of the two.
+	GateDeadline func() time.Time
+
 	// Log receives what the Dataplane changes. Default: discard.
 	Log logr.Logger
 }
@@ -374,7 +382,7 @@ func (k *kernel) lifetime() (time.Duration, error) {
 // Options.AddressLifetime). It changes nothing else, never waits for an
 // Apply, and adds nothing once the dataplane is fenced.
 func (d *Dataplane) Refresh() error {
-	if d.opts.AddressLifetime == 0 {
+	if d.opts.AddressLifetime == 0 && d.opts.GateDeadline == nil {
 		return nil
 	}
 	if d.isClosed() {
@@ -424,7 +432,7 @@ func (k *kernel) refresh(adm pass) (int, error) {
 			errs = append(errs, fmt.Errorf("refresh %s on %s: %w", a.IP, link.Name, err))
 		}
 	}
-	errs = append(errs, k.refreshNAT(adm))
+	errs = append(errs, k.refreshNAT(adm), k.refreshGate(adm))
 	if err := errors.Join(errs...); err != nil {
 		return owned, fmt.Errorf("netconf: %w", err)
 	}
@@ -551,7 +559,8 @@ func (d *Dataplane) Current() ([]Assignment, error) {
 // stops answering at once), then conntrack entries, rules, routes and the
 // nftables table.
 func (k *kernel) flush(ctx context.Context) error {
-	var errs []error
+	// Silence first, in one batch: what follows takes a few round trips.
+	errs := []error{k.closeGate()}
 	stale := newStaleFlows(k.opts.ExcludeSNAT)
 	links, err := k.links()
 	if err != nil {

@@ -46,7 +46,7 @@ import (
 // table is rewritten in one batch.
 
 const (
-	rulesetVersion = "v1"
+	rulesetVersion = "v2"
 	// Registers: NFT_REG_1 (16 bytes) for single values; a concatenated
 	// key starts at NFT_REG32_00, the address followed by the interface
 	// index in the next 32-bit register.
@@ -89,6 +89,8 @@ type ruleset struct {
 	dnat   map[string]*nftables.Set // by family name
 	snat   map[string]*nftables.Set
 	rules  []*nftables.Rule
+	// gate is the hold gate (gate.go).
+	gate gateSets
 }
 
 // buildRuleset builds the table's chains, maps and rules; the maps'
@@ -138,6 +140,7 @@ func buildRuleset(tableName string, exclude []netip.Prefix, timeouts bool) *rule
 			&expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(f.nfproto), RegAddrMin: regValue},
 		}))
 	}
+	rs.addGate(id)
 	return rs
 }
 
@@ -257,7 +260,7 @@ func (k *kernel) readMaps(rs *ruleset, n natState) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list sets: %w", err)
 	}
-	current := len(sets) == len(rs.maps())
+	current := len(sets) == len(rs.maps())+len(rs.gate.sets())
 	for _, want := range rs.maps() {
 		i := slices.IndexFunc(sets, func(s *nftables.Set) bool { return s.Name == want.Name })
 		if i < 0 || !sets[i].IsMap || sets[i].HasTimeout != want.HasTimeout ||
@@ -314,7 +317,10 @@ func (k *kernel) rulesCurrent(rs *ruleset) (bool, error) {
 			return false, nil
 		}
 	}
-	return found == len(rs.chains), nil
+	if found != len(rs.chains) {
+		return false, nil
+	}
+	return k.arpCurrent(rs)
 }
 
 func sameHook(a, b *nftables.Chain) bool {
@@ -327,6 +333,17 @@ func sameHook(a, b *nftables.Chain) bool {
 // table otherwise. With nothing to hold, the table is deleted, so no NAT
 // hooks stay registered. When nothing differs nothing is written.
 func (k *kernel) writeNAT(adm pass, want natState) error {
+	for attempt := 1; ; attempt++ {
+		// A held element may expire between the read and the batch that
+		// renews it: the batch fails as a whole, and is built again.
+		err := k.writeNATOnce(adm, want)
+		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
+			return err
+		}
+	}
+}
+
+func (k *kernel) writeNATOnce(adm pass, want natState) error {
 	have, current, err := k.readNAT()
 	if err != nil {
 		return err
@@ -346,6 +363,16 @@ func (k *kernel) writeNAT(adm pass, want natState) error {
 		return err
 	}
 	haveElems, wantElems := have.elements(0), want.elements(lifetime)
+	if k.opts.GateDeadline != nil || !slices.Equal(have.addresses(), want.addresses()) {
+		gate, err := k.readGate(rs)
+		if err != nil {
+			return err
+		}
+		if err := k.writeGate(b, rs, want.addresses(), gate); err != nil {
+			return err
+		}
+		changed = true
+	}
 	for _, m := range rs.maps() {
 		del, add := diffElements(haveElems[m.Name], wantElems[m.Name])
 		if len(del) > 0 {
@@ -413,9 +440,28 @@ func (k *kernel) rewriteTable(rs *ruleset, want natState) error {
 			return fmt.Errorf("nftables map %s: %w", m.Name, err)
 		}
 	}
+	owned, held, arpOwned, arpHeld := k.gateElements(want.addresses())
+	for _, sets := range []map[string]*nftables.Set{rs.gate.owned, rs.gate.held} {
+		for _, f := range []ipFamily{familyIPv4, familyIPv6} {
+			s := sets[f.name]
+			if err := b.AddSet(s, append(owned[s.Name], held[s.Name]...)); err != nil {
+				return fmt.Errorf("nftables set %s: %w", s.Name, err)
+			}
+		}
+	}
 	for _, r := range rs.rules {
 		b.AddRule(r)
 	}
+	// The arp table, likewise replaced whole.
+	g := rs.gate
+	b.AddTable(g.arpTable)
+	b.DelTable(g.arpTable)
+	b.AddTable(g.arpTable)
+	if err := errors.Join(b.AddSet(g.arpOwned, arpOwned), b.AddSet(g.arpHeld, arpHeld)); err != nil {
+		return fmt.Errorf("nftables arp sets: %w", err)
+	}
+	b.AddChain(g.arpChain)
+	b.AddRule(g.arpRule)
 	if err := b.Flush(); err != nil {
 		return fmt.Errorf("write nftables table %s: %w", rs.table.Name, err)
 	}
@@ -494,15 +540,26 @@ func (k *kernel) batch() *nftables.Conn {
 
 // deleteTable removes kubext's table, if it exists.
 func (k *kernel) deleteTable() error {
-	exists, err := k.tableExists()
-	if err != nil || !exists {
-		return err
+	var errs []error
+	for _, t := range []*nftables.Table{
+		{Name: k.opts.TableName, Family: nftables.TableFamilyINet},
+		{Name: k.opts.TableName, Family: nftables.TableFamilyARP},
+	} {
+		tables, err := k.nft.ListTablesOfFamily(t.Family)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list nftables tables: %w", err))
+			continue
+		}
+		if !slices.ContainsFunc(tables, func(have *nftables.Table) bool { return have.Name == t.Name }) {
+			continue
+		}
+		b := k.batch()
+		b.DelTable(t)
+		if err := b.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete nftables table: %w", err))
+			continue
+		}
+		k.log.Info("deleted nftables table", "table", t.Name, "family", t.Family)
 	}
-	b := k.batch()
-	b.DelTable(&nftables.Table{Name: k.opts.TableName, Family: nftables.TableFamilyINet})
-	if err := b.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete nftables table: %w", err)
-	}
-	k.log.Info("deleted nftables table", "table", k.opts.TableName)
-	return nil
+	return errors.Join(errs...)
 }

@@ -2,10 +2,12 @@ package netconf
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"github.com/onsi/gomega"
 	"golang.org/x/sys/unix"
 )
@@ -17,20 +19,35 @@ func TestBuildRuleset(t *testing.T) {
 
 	g.Expect(rs.table).To(gomega.Equal(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}))
 	hooks := map[string][2]int{}
+	types := map[string]nftables.ChainType{}
 	for _, c := range rs.chains {
-		g.Expect(c.Type).To(gomega.Equal(nftables.ChainTypeNAT))
+		types[c.Name] = c.Type
 		hooks[c.Name] = [2]int{int(*c.Hooknum), int(*c.Priority)}
 	}
+	nat, filter := nftables.ChainTypeNAT, nftables.ChainTypeFilter
+	g.Expect(types).To(gomega.Equal(map[string]nftables.ChainType{
+		"prerouting": nat, "output": nat, "postrouting": nat, "hold-in": filter, "hold-out": filter}))
+	// The hold gate drops before DNAT and the local stack (raw), and
+	// after SNAT.
 	g.Expect(hooks).To(gomega.Equal(map[string][2]int{
 		"prerouting":  {unix.NF_INET_PRE_ROUTING, -110},
 		"output":      {unix.NF_INET_LOCAL_OUT, -110},
 		"postrouting": {unix.NF_INET_POST_ROUTING, 90},
+		"hold-in":     {unix.NF_INET_PRE_ROUTING, -300},
+		"hold-out":    {unix.NF_INET_POST_ROUTING, 200},
 	}))
 	g.Expect(rs.comments()).To(gomega.Equal(map[string][]string{
-		"prerouting":  {"kubext v1: dnat ipv4", "kubext v1: dnat ipv6"},
-		"output":      {"kubext v1: dnat ipv4", "kubext v1: dnat ipv6"},
-		"postrouting": {"kubext v1: exclude 10.0.0.0/8", "kubext v1: exclude fd00::/8", "kubext v1: snat ipv4", "kubext v1: snat ipv6"},
+		"prerouting":  {"kubext v2: dnat ipv4", "kubext v2: dnat ipv6"},
+		"output":      {"kubext v2: dnat ipv4", "kubext v2: dnat ipv6"},
+		"postrouting": {"kubext v2: exclude 10.0.0.0/8", "kubext v2: exclude fd00::/8", "kubext v2: snat ipv4", "kubext v2: snat ipv6"},
+		"hold-in":     {"kubext v2: hold in ipv4", "kubext v2: hold in ipv6"},
+		"hold-out":    {"kubext v2: hold out ipv4", "kubext v2: hold out ipv6"},
 	}))
+	// The arp table's one rule: ARP as an owned address that is not held
+	// is dropped, on the arp family's output hook.
+	g.Expect(*rs.gate.arpChain.Hooknum).To(gomega.BeEquivalentTo(1))
+	g.Expect(rs.gate.arpRule.Exprs[0]).To(gomega.Equal(&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regValue, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4}))
+	g.Expect(rs.gate.arpRule.Exprs[2]).To(gomega.Equal(&expr.Lookup{SourceRegister: regValue, SetName: "held", SetID: 2, Invert: true}))
 
 	keyLen := map[string][2]uint32{}
 	ids := map[uint32]bool{}
@@ -47,7 +64,10 @@ func TestBuildRuleset(t *testing.T) {
 
 	// The SNAT key is the source address followed by the outgoing
 	// interface in the next register, and the lookup names its map by id.
-	snat6 := rs.rules[len(rs.rules)-1]
+	snat6 := rs.rules[slices.IndexFunc(rs.rules, func(r *nftables.Rule) bool {
+		c, _ := userdata.GetString(r.UserData, userdata.TypeComment)
+		return c == "kubext v2: snat ipv6"
+	})]
 	g.Expect(snat6.Exprs[2]).To(gomega.Equal(&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regConcat, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16}))
 	g.Expect(snat6.Exprs[3]).To(gomega.Equal(&expr.Meta{Key: expr.MetaKeyOIF, Register: regConcat + 4}))
 	g.Expect(snat6.Exprs[4]).To(gomega.Equal(&expr.Lookup{SourceRegister: regConcat, DestRegister: regValue, IsDestRegSet: true, SetName: "snat6", SetID: rs.snat["ipv6"].ID}))

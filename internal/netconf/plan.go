@@ -67,6 +67,17 @@ func newNATState() natState {
 	return natState{dnat: map[netip.Addr]netip.Addr{}, snat: map[snatKey]netip.Addr{}}
 }
 
+// addresses are the static addresses the state translates, sorted: what
+// the hold gate owns (gate.go).
+func (n natState) addresses() []netip.Addr {
+	out := make([]netip.Addr, 0, len(n.dnat))
+	for a := range n.dnat {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
 // state is what kubext has programmed in the namespace, as read back.
 type state struct {
 	addrs   []hostAddr            // addresses kubext added
