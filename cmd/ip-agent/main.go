@@ -142,17 +142,25 @@ func run(ctx context.Context, args []string) error {
 	dp, err := netconf.New(netconf.Options{
 		ExcludeSNAT:     exclude,
 		AddressLifetime: max(leaseDuration-time.Second, time.Second),
+		// The coarse backstop: whole-second lifetimes, reaped up to
+		// expiryMargin late, so that a killed agent's addresses go.
+		// Lease holds end before the controller may move them, as ever;
+		// witness holds a little after, since the gate below ends them.
 		HoldDeadline: func() time.Time {
-			var leaseEnd time.Time
-			if hb != nil && !hb.LastRenewal().IsZero() {
-				leaseEnd = hb.LastRenewal().Add(leaseDuration - expiryMargin)
-			}
+			leaseEnd := leaseHoldEnd(hb, leaseDuration)
 			if wit == nil || agent == nil {
 				return leaseEnd
 			}
-			// Whole-second lifetimes, reaped up to expiryMargin late: the
-			// timing's FenceSlack covers both (witnessFlags).
-			return agent.HoldDeadline(leaseEnd, wit.timing.FenceSlack-expiryMargin)
+			return agent.HoldDeadline(leaseEnd, witnessBackstop)
+		},
+		// The hold gate: to the millisecond, the end of the Lease hold
+		// or of what the witnesses vouched for, whichever comes first.
+		GateDeadline: func() time.Time {
+			leaseEnd := leaseHoldEnd(hb, leaseDuration)
+			if wit == nil || agent == nil {
+				return leaseEnd
+			}
+			return agent.HoldDeadline(leaseEnd, 0)
 		},
 		Log: ctrl.Log.WithName("netconf"),
 	})
@@ -251,4 +259,14 @@ func run(ctx context.Context, args []string) error {
 	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return errors.Join(err, dp.Fence(fctx))
+}
+
+// leaseHoldEnd is when the Lease hold ends, by the agent's clock: its last
+// renewal's start plus the lease duration, less expiryMargin (zero before
+// the first renewal).
+func leaseHoldEnd(hb *heartbeat.Heartbeat, leaseDuration time.Duration) time.Time {
+	if hb == nil || hb.LastRenewal().IsZero() {
+		return time.Time{}
+	}
+	return hb.LastRenewal().Add(leaseDuration - expiryMargin)
 }

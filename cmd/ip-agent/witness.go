@@ -36,20 +36,16 @@ type witnessFlags struct {
 	idleLease, idleRenew time.Duration
 }
 
-// defaultWitnessTiming is the timing while the kernel enforces a hold
-// through address lifetimes, whole seconds reaped up to expiryMargin
-// late: FenceSlack must cover a second of lifetime plus that margin, and
-// SilentAfter must exceed HoldFor + FenceSlack with room for clock drift
-// (witness.Timing.Validate).
-func defaultWitnessTiming() witness.Timing {
-	return witness.Timing{
-		ProbeInterval: 50 * time.Millisecond,
-		HoldFor:       300 * time.Millisecond,
-		FenceSlack:    1300 * time.Millisecond,
-		SilentAfter:   1700 * time.Millisecond,
-		Drift:         1e-3,
-	}
-}
+// defaultWitnessTiming is witness.DefaultTiming: the hold gate of
+// internal/netconf ends a hold in the kernel to the millisecond, so the
+// fence slack covers only timer and packet delays.
+func defaultWitnessTiming() witness.Timing { return witness.DefaultTiming() }
+
+// witnessBackstop is how long after a witness hold the coarse address
+// lifetimes may run: the gate silences the node at the hold's end; the
+// lifetimes only make sure a killed agent's addresses go eventually, and
+// must leave a whole second to write.
+const witnessBackstop = 1500 * time.Millisecond
 
 func (f *witnessFlags) bind(fs *flag.FlagSet) {
 	f.timing = defaultWitnessTiming()
@@ -59,7 +55,7 @@ func (f *witnessFlags) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&f.timing.ProbeInterval, "witness-probe-interval", f.timing.ProbeInterval, "How often a holder probes each witness.")
 	fs.DurationVar(&f.timing.HoldFor, "witness-hold-for", f.timing.HoldFor, "How long after a probe a quorum vouched for the holder keeps answering.")
 	fs.DurationVar(&f.timing.SilentAfter, "witness-silent-after", f.timing.SilentAfter, "How long a witness hears nothing from a node before it declares it silent.")
-	fs.DurationVar(&f.timing.FenceSlack, "witness-fence-slack", f.timing.FenceSlack, "How long after its hold ends the kernel may still answer (lifetime granularity and reaping).")
+	fs.DurationVar(&f.timing.FenceSlack, "witness-fence-slack", f.timing.FenceSlack, "How long after its hold ends the node may still answer: the hold gate's timers and packets in flight.")
 	fs.DurationVar(&f.idleLease, "idle-lease-duration", 16*time.Second, "With --witness-port: the heartbeat's lease duration while the node holds nothing on its Lease (whole seconds): "+
 		"how long a node that dies then still counts as a candidate.")
 	fs.DurationVar(&f.idleRenew, "idle-renew-interval", 8*time.Second, "With --witness-port: how often the heartbeat is renewed while the node holds nothing on its Lease.")

@@ -212,7 +212,9 @@ func (k *kernel) arpCurrent(rs *ruleset) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("list arp chains: %w", err)
 	}
-	i := slices.IndexFunc(chains, func(c *nftables.Chain) bool { return c.Table.Name == rs.gate.arpTable.Name && c.Name == rs.gate.arpChain.Name })
+	i := slices.IndexFunc(chains, func(c *nftables.Chain) bool {
+		return c.Table.Name == rs.gate.arpTable.Name && c.Name == rs.gate.arpChain.Name
+	})
 	if i < 0 || !sameHook(chains[i], rs.gate.arpChain) {
 		return false, nil
 	}
