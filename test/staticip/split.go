@@ -1,6 +1,7 @@
 package staticip
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -25,7 +27,10 @@ import (
 //
 //   - configured: the address is on an interface of more than one node
 //     namespace whose uplink is up (a node cut off the bridge cannot answer,
-//     so it does not count until it is back on it);
+//     so it does not count until it is back on it), and kubext's hold gate
+//     there does not silence it (owned but no longer held: see
+//     internal/netconf/gate.go; the sending check below shows the gate
+//     does silence it);
 //   - sending: more than one node sends as the address within one sample,
 //     as seen on the wire from the client namespace (the partner's place):
 //     every sample the detector broadcasts an ARP request for the address
@@ -96,6 +101,22 @@ type SplitDetector struct {
 type nodeProbe struct {
 	name   string
 	handle *netlink.Handle
+	nft    *nftables.Conn
+}
+
+// gated reports whether kubext's hold gate on the node silences addr: the
+// address is owned but not held (an expired element is not listed).
+func (n nodeProbe) gated(addr netip.Addr) bool {
+	table := &nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}
+	has := func(set string) bool {
+		s, err := n.nft.GetSetByName(table, set)
+		if err != nil {
+			return false
+		}
+		elems, err := n.nft.GetSetElements(s)
+		return err == nil && slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, addr.AsSlice()) })
+	}
+	return has("owned4") && !has("held4")
 }
 
 // NewSplitDetector starts watching addr on the lab network's nodes. Stop it
@@ -119,11 +140,17 @@ func NewSplitDetector(n *labnet.Network, addr netip.Addr) (*SplitDetector, error
 			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
 		}
 		h, err := netlink.NewHandleAt(ns)
-		ns.Close()
 		if err != nil {
+			ns.Close()
 			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
 		}
-		d.nodes = append(d.nodes, nodeProbe{name: m.Name, handle: h})
+		nft, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(ns)))
+		ns.Close()
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
+		}
+		d.nodes = append(d.nodes, nodeProbe{name: m.Name, handle: h, nft: nft})
 		eth0, err := h.LinkByName("eth0")
 		if err != nil {
 			return nil, fmt.Errorf("split detector: %s: %w", m.Namespace, err)
@@ -280,7 +307,13 @@ func (d *SplitDetector) configured() []string {
 			on = append(on, n.name)
 		}
 	}
-	return on
+	if len(on) < 2 {
+		return on
+	}
+	return slices.DeleteFunc(on, func(name string) bool {
+		i := slices.IndexFunc(d.nodes, func(n nodeProbe) bool { return n.name == name })
+		return d.nodes[i].gated(d.addr)
+	})
 }
 
 // record extends the current episode of this kind or starts one when
@@ -331,6 +364,7 @@ func (d *SplitDetector) Stop() ([]Split, error) {
 func (d *SplitDetector) close() {
 	for _, n := range d.nodes {
 		n.handle.Close()
+		_ = n.nft.CloseLasting()
 	}
 	if d.client != nil {
 		d.client.Close()
