@@ -65,6 +65,7 @@ func main() {
 	flag.DurationVar(&advert, "advert", time.Second, "with -peer keepalived: advert_int (VRRPv2: whole seconds; VRRPv3: down to 10ms)")
 	flag.DurationVar(&partitionFor, "partition", 5*time.Second, "after the failovers, isolate the holder's node from all but the client this long (0: skip)")
 	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
+	flag.StringVar(&extraAgentArgs, "agent-args", "", "more ip-agent flags, space-separated (e.g. a witness timing profile)")
 	flag.StringVar(&failover, "failover", "Lease", "the pool's spec.failover: Lease, or Witness (the agents vouch for each other; docs/design/failover.md)")
 	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
@@ -105,8 +106,9 @@ var (
 // -restart-after.
 var stallFor, stallWatch, restartAfter time.Duration
 
-// failover is -failover: the pool's spec.failover.
-var failover string
+// failover is -failover: the pool's spec.failover; extraAgentArgs is
+// -agent-args.
+var failover, extraAgentArgs string
 
 type bench struct {
 	lab    *lab.Lab
@@ -168,7 +170,7 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	if err != nil {
 		return err
 	}
-	agentArgs = append(agentArgs, witnessArgs...)
+	agentArgs = append(append(agentArgs, witnessArgs...), strings.Fields(extraAgentArgs)...)
 	b.agents = agentArgs
 	for _, n := range l.Nodes {
 		if _, err := l.StartIPAgent(ctx, n, agentArgs...); err != nil {
@@ -191,8 +193,8 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
 		return err
 	}
-	fmt.Printf("Settings: pool failover %s; ip-agent --lease-duration=%s --renew-interval=%s %s; probe every 50 ms, 100 ms timeout\n",
-		failover, leaseDuration, renew, strings.Join(witnessArgs[:2], "="))
+	fmt.Printf("Settings: pool failover %s; ip-agent --lease-duration=%s --renew-interval=%s %s %s; probe every 50 ms, 100 ms timeout\n",
+		failover, leaseDuration, renew, strings.Join(witnessArgs[:2], "="), extraAgentArgs)
 
 	// Two nodes answering at once during a failover would make its
 	// downtime meaningless: the split detector watches every trial.
