@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -67,7 +68,7 @@ func main() {
 	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
 	flag.StringVar(&extraAgentArgs, "agent-args", "", "more ip-agent flags, space-separated (e.g. a witness timing profile)")
 	flag.StringVar(&failover, "failover", "Lease", "the pool's spec.failover: Lease, or Witness (the agents vouch for each other; docs/design/failover.md)")
-	flag.StringVar(&keepLogs, "keep-logs", "", "with -peer keepalived: copy the lab's logs (keepalived's) to this new directory before the lab goes down")
+	flag.StringVar(&keepLogs, "keep-logs", "", "copy the lab's logs (the agents' and manager's, or keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
 	if *peer == "keepalived" {
 		if err := runKeepalived(*trials); err != nil {
@@ -137,6 +138,11 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		return err
 	}
 	defer func() {
+		if keepLogs != "" {
+			if cerr := os.CopyFS(keepLogs, os.DirFS(filepath.Join(l.Dir, "logs"))); cerr != nil {
+				fmt.Fprintln(os.Stderr, "bench-failover: keeping the logs:", cerr)
+			}
+		}
 		if derr := l.Down(ctx); err == nil {
 			err = derr
 		}
