@@ -108,6 +108,9 @@ type Reconciler struct {
 	witnessSets           [][]string
 	// addrs are the witnesses' node addresses, by node name.
 	addrs sync.Map
+	// probing are the witnesses the peer probes (under mu): those of the
+	// IPs here and of every one before (probeWitnesses).
+	probing map[string]netip.AddrPort
 	// waiting are the IPs placed here waiting for their witnesses to
 	// vouch, by UID: since when.
 	waiting sync.Map

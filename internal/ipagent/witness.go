@@ -3,6 +3,7 @@ package ipagent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"time"
@@ -102,23 +103,38 @@ func (r *Reconciler) waitingForWitnesses(ips []*ipv1.IP) bool {
 }
 
 // probeWitnesses makes the peer probe the witnesses of every IP placed
-// here, before it claims them: the claim waits for a quorum.
+// here, before it claims them: the claim waits for a quorum. It keeps
+// probing a witness after the hold that named it ends: a witness declares
+// silent a node it stops hearing, and a live node that merely let go must
+// not look like a dead one (the controller passes over nodes declared
+// silent when it names witnesses). A witness is probed until the agent
+// restarts; their number is bounded by the nodes of the pools.
 func (r *Reconciler) probeWitnesses(ctx context.Context, ips []*ipv1.IP) {
 	if r.Witness == nil {
 		return
 	}
-	want := map[string]netip.AddrPort{}
+	r.mu.Lock()
+	if r.probing == nil {
+		r.probing = map[string]netip.AddrPort{}
+	}
+	want := r.probing
+	r.mu.Unlock()
 	for _, ip := range ips {
 		if ip.Status.Node != r.Node && ip.Status.AttachedNode != r.Node {
 			continue
 		}
 		for _, w := range ip.Status.Witnesses {
 			if a, err := r.nodeAddr(ctx, w); err == nil {
+				r.mu.Lock()
 				want[w] = netip.AddrPortFrom(a, r.Witness.Port)
+				r.mu.Unlock()
 			}
 		}
 	}
-	r.Witness.Peer.SetWitnesses(want)
+	r.mu.Lock()
+	probing := maps.Clone(want)
+	r.mu.Unlock()
+	r.Witness.Peer.SetWitnesses(probing)
 }
 
 // nodeAddr is a node's internal address, read once and remembered: a

@@ -130,6 +130,10 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 	if err != nil {
 		return nil, err
 	}
+	// The log is appended to across restarts of the node's agent: only
+	// this run's start counts (read at once: the new process takes far
+	// longer than this to get there).
+	earlier := agentWorkersStarted(p.Log)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		if !p.Running() {
 			return false, fmt.Errorf("the ip-agent of %s exited; see %s", node, p.Log)
@@ -141,7 +145,7 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 			l.Spec.RenewTime != nil && l.Spec.RenewTime.After(before) {
 			return true, nil
 		}
-		return agentWorkersStarted(p.Log), nil
+		return agentWorkersStarted(p.Log) > earlier, nil
 	})
 	if err != nil {
 		p.Stop(5 * time.Second)
@@ -361,19 +365,20 @@ func (l *Lab) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// agentWorkersStarted reports whether the ip-agent's log at path says its
+// agentWorkersStarted counts the times the ip-agent's log at path says its
 // reconciler started (controller-runtime logs it once the caches synced).
-func agentWorkersStarted(path string) bool {
+func agentWorkersStarted(path string) int {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return false
+		return 0
 	}
+	n := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
 		if strings.Contains(line, "Starting workers") && strings.Contains(line, `"ip-agent"`) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // WitnessPort is the UDP port of the ip-agents' witness protocol on the

@@ -172,7 +172,7 @@ func TestAllowlistCatchesEscalations(t *testing.T) {
 		{"a host path for the manager", "manager", "hostPath /var/lib/kubelet is not allowed", func(s map[string]any) {
 			s["volumes"] = append(s["volumes"].([]any), map[string]any{"name": "k", "hostPath": map[string]any{"path": "/var/lib/kubelet"}})
 		}},
-		{"a secret volume for an agent", "ip-agent", "volume s: this kind of volume is not allowed", func(s map[string]any) {
+		{"a secret volume for an agent", "reboot-agent", "volume s: this kind of volume is not allowed", func(s map[string]any) {
 			s["volumes"] = []any{map[string]any{"name": "s", "secret": map[string]any{"secretName": "x"}}}
 		}},
 		{"a host port", "manager", "hostPort 80 is not allowed", func(s map[string]any) {

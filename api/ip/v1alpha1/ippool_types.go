@@ -125,20 +125,22 @@ type IPPoolSpec struct {
 	Provider Provider `json:"provider,omitempty"`
 
 	// failover says how a node that stops is told apart from one that is
-	// only cut off from the API server. "Lease" (the default): the holder
-	// keeps an address only while it renews its heartbeat Lease, and the
-	// address moves once the API server shows that it stopped renewing for
-	// a lease duration; a control-plane stall longer than that silences
-	// every address. "Witness": the nodes the pool selects vouch for each
-	// other directly, over UDP on the node network (the ip-agents'
-	// --witness-port); the holder keeps an address while a majority of the
-	// witnesses named in the IP's status vouches for it, and the address
-	// moves once a majority has declared it silent: sub-second failover,
-	// and no outage while the API server stalls (docs/design/failover.md).
-	// A change applies to new holds; a live hold keeps the rule it was
-	// taken under.
+	// only cut off from the API server. "Witness" (the default): the nodes
+	// the pool selects vouch for each other directly, over UDP on the node
+	// network (the ip-agents' --witness-port, 7946); the holder keeps an
+	// address while a majority of the witnesses named in the IP's status
+	// vouches for it, and the address moves once a majority has declared
+	// it silent: failover in under a second, and no outage while the API
+	// server stalls (docs/design/failover.md). Where the witnesses cannot
+	// be heard, the node holds the address on its Lease instead and the
+	// pool's condition Witnesses says so. "Lease": the holder keeps an
+	// address only while it renews its heartbeat Lease, and the address
+	// moves once the API server shows that it stopped renewing for a lease
+	// duration (about 2 s); a control-plane stall longer than that
+	// silences every address. A change applies to new holds; a live hold
+	// keeps the rule it was taken under.
 	// +optional
-	// +kubebuilder:default=Lease
+	// +kubebuilder:default=Witness
 	Failover FailoverMode `json:"failover,omitempty"`
 
 	// l2 holds settings of the l2 provider.

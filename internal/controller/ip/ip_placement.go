@@ -145,6 +145,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		prepareAWS(ip, pool)
 	}
 	target, pod := h.Holder.Node, h.Holder.Key
+	previous := ip.Status.AttachedNode // not a witness of the next hold
 	if target != ip.Status.Node || pod != ip.Status.Pod {
 		// Another node may answer: it lets go first. The same node just
 		// repoints its forwarding at the new pod.
@@ -158,7 +159,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		r.moved(ctx, ip, pod, target)
 		if target != ip.Status.Node {
 			// A new hold: its witnesses are fixed until it ends.
-			ip.Status.Witnesses = r.witnessesFor(ctx, ip, pool, target, h)
+			ip.Status.Witnesses = r.witnessesFor(ctx, ip, pool, target, previous, h)
 		}
 		ip.Status.Node, ip.Status.Pod = target, pod
 	}

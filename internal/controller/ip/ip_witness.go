@@ -145,12 +145,13 @@ func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
 
 // witnessesFor names the witnesses of a new placement on target: none in
 // Lease failover; otherwise other nodes the pool admits whose agents are
-// alive and not declared silent, the standbys' nodes first (they are the
+// alive and not declared silent (nor the previous holder, which may have
+// just died with its Lease still fresh), the standbys' nodes first (they are the
 // ones that must hear the holder to take over): three if there are, else
 // one. An even number would buy nothing: two of two must vouch, so either
 // one's loss ends the hold, where with one only that one's does. With
 // none, the agent holds on its Lease, as in Lease failover.
-func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target string, h ipam.Holding) []string {
+func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target, previous string, h ipam.Holding) []string {
 	if target == "" || pool == nil || pool.Spec.Failover != ipv1.FailoverWitness {
 		return nil
 	}
@@ -171,13 +172,32 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 		rest = append(rest, nodes.Items[i].Name)
 	}
 	slices.Sort(rest)
+	passed := map[string]string{} // why a node is not a candidate
 	candidates = slices.DeleteFunc(append(candidates, rest...), func(n string) bool {
-		return n == "" || n == ip.Status.AttachedNode || n == ip.Status.Node ||
-			!r.Health.Healthy(n) || r.decl.silent(n) || !allowed(n)
+		why := ""
+		switch {
+		case n == "" || n == target:
+			return true
+		case n == previous || n == ip.Status.AttachedNode || n == ip.Status.Node:
+			why = "the previous holder"
+		case !r.Health.Healthy(n):
+			why = "its agent does not renew its heartbeat"
+		case r.decl.silent(n):
+			why = "a witness declared it silent"
+		case !allowed(n):
+			why = "the pool does not select it"
+		}
+		if why != "" {
+			passed[n] = why
+		}
+		return why != ""
 	})
 	chosen := witness.Choose(target, candidates, maxWitnesses)
 	if len(chosen)%2 == 0 && len(chosen) > 0 {
 		chosen = chosen[:len(chosen)-1]
+	}
+	if len(chosen) < maxWitnesses && len(passed) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Fewer witnesses than wanted", "ip", ip.Name, "node", target, "witnesses", chosen, "passedOver", passed)
 	}
 	return chosen
 }

@@ -19,8 +19,8 @@ import (
 // word; a Lease pool has no such condition.
 func TestWitnessPoolSaysWhichIPsFellBackToTheLease(t *testing.T) {
 	f := newFixture(t)
-	pool := f.poolWithSpec(f.name("witness"), ipv1.IPPoolSpec{Addresses: []string{"192.0.2.176/29"}, Failover: ipv1.FailoverWitness})
-	lease := f.pool(f.name("lease"), "192.0.2.184/29")
+	pool := f.pool(f.name("witness"), "192.0.2.176/29") // Witness by default
+	lease := f.poolWithSpec(f.name("lease"), ipv1.IPPoolSpec{Addresses: []string{"192.0.2.184/29"}, Failover: ipv1.FailoverLease})
 	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.name("fell-back")}, Spec: ipv1.IPSpec{Pool: pool}}
 	f.G.Expect(k8s.Create(f.Ctx, ip)).To(Succeed())
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ip) })
