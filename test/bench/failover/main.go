@@ -67,7 +67,7 @@ func main() {
 	flag.DurationVar(&partitionFor, "partition", 5*time.Second, "after the failovers, isolate the holder's node from all but the client this long (0: skip)")
 	flag.DurationVar(&partitionWatch, "partition-watch", 3*time.Second, "how long the client keeps probing after the partition heals")
 	flag.StringVar(&extraAgentArgs, "agent-args", "", "more ip-agent flags, space-separated (e.g. a witness timing profile)")
-	flag.StringVar(&failover, "failover", "Lease", "the pool's spec.failover: Lease, or Witness (the agents vouch for each other; docs/design/failover.md)")
+	flag.StringVar(&failover, "failover", "Witness", "the pool's spec.failover: Witness (the default: the agents vouch for each other; docs/design/failover.md), or Lease")
 	flag.StringVar(&keepLogs, "keep-logs", "", "copy the lab's logs (the agents' and manager's, or keepalived's) to this new directory before the lab goes down")
 	flag.Parse()
 	if *peer == "keepalived" {
