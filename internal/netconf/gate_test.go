@@ -14,9 +14,9 @@ import (
 
 // quickDial tries a connection from n to addr with a short timeout:
 // whether anything answers for the address.
-func quickDial(n *testNS, from netip.Addr, addr netip.AddrPort) error {
+func quickDial(n *testNS, addr netip.AddrPort) error {
 	return n.do(func() error {
-		d := netDialer(from, 300*time.Millisecond)
+		d := &net.Dialer{Timeout: 300 * time.Millisecond}
 		c, err := d.DialContext(context.Background(), "tcp", addr.String())
 		if err == nil {
 			_ = c.Close()
@@ -62,16 +62,16 @@ func TestHoldGateSilencesAtItsDeadline(t *testing.T) {
 	hold(300 * time.Millisecond)
 	g.Expect(d.Refresh()).To(gomega.Succeed())
 	end := time.Unix(0, deadline.Load())
-	g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).To(gomega.Succeed(), "before the deadline")
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).To(gomega.Succeed(), "before the deadline")
 	time.Sleep(time.Until(end.Add(20 * time.Millisecond)))
 	// The address is still there: the gate, not the lifetime, silences it.
 	cur, err := d.Current()
 	g.Expect(err).NotTo(gomega.HaveOccurred())
 	g.Expect(cur).To(gomega.HaveLen(1))
-	g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).NotTo(gomega.Succeed(), "a connection after the deadline")
-	g.Expect(quickDial(topo.pod, netip.Addr{}, port(farV4, 8081))).NotTo(gomega.Succeed(), "egress as the address after the deadline")
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "a connection after the deadline")
+	g.Expect(quickDial(topo.pod, port(farV4, 8081))).NotTo(gomega.Succeed(), "egress as the address after the deadline")
 	forget(t, topo.client, staticV4)
-	g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).NotTo(gomega.Succeed())
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed())
 	g.Expect(neighbour(topo.client, staticV4)).To(gomega.BeNil(), "an ARP reply after the deadline")
 
 	// Held again: everything comes back without an Apply.
@@ -85,12 +85,12 @@ func TestHoldGateSilencesAtItsDeadline(t *testing.T) {
 	for range 20 {
 		hold(200 * time.Millisecond)
 		g.Expect(d.Refresh()).To(gomega.Succeed())
-		g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).To(gomega.Succeed())
+		g.Expect(quickDial(topo.client, port(staticV4, 8080))).To(gomega.Succeed())
 		time.Sleep(50 * time.Millisecond)
 	}
 
 	g.Expect(d.Fence(context.Background())).To(gomega.Succeed())
-	g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).NotTo(gomega.Succeed(), "after Fence")
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "after Fence")
 }
 
 // A deadline that has already passed when the address is programmed
@@ -106,14 +106,6 @@ func TestHoldGatePastDeadlineHoldsNothing(t *testing.T) {
 	_, err := d.Apply(context.Background(), []Assignment{{Address: staticV4, PodIP: podV4}})
 	g.Expect(err).To(gomega.MatchError(gomega.ContainSubstring(ErrHoldEnding.Error())))
 	serve(t, topo.pod, port(podV4, 8080), false)
-	g.Expect(quickDial(topo.client, netip.Addr{}, port(staticV4, 8080))).NotTo(gomega.Succeed())
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed())
 	g.Expect(neighbour(topo.client, staticV4)).To(gomega.BeNil())
-}
-
-func netDialer(from netip.Addr, timeout time.Duration) *net.Dialer {
-	d := &net.Dialer{Timeout: timeout}
-	if from.IsValid() {
-		d.LocalAddr = &net.TCPAddr{IP: from.AsSlice()}
-	}
-	return d
 }
