@@ -446,14 +446,7 @@ func TestASlowOnLostKeepsTheOrder(t *testing.T) {
 // renewal follows at once on Wake, not at the next tick.
 func TestWritesNothingWhileNotNeeded(t *testing.T) {
 	g := NewWithT(t)
-	clientset := fake.NewClientset()
-	var writes atomic.Int32
-	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			writes.Add(1)
-		}
-		return false, nil, nil
-	})
+	clientset, writes := countingClientset()
 	var cb callbacks
 	var needed atomic.Bool
 	needed.Store(true)
@@ -487,14 +480,7 @@ func TestWritesNothingWhileNotNeeded(t *testing.T) {
 // duration. The real clock: the intervals are short and only counted.
 func TestIdleRenewsRarelyWithItsOwnDuration(t *testing.T) {
 	g := NewWithT(t)
-	clientset := fake.NewClientset()
-	var writes atomic.Int32
-	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			writes.Add(1)
-		}
-		return false, nil, nil
-	})
+	clientset, writes := countingClientset()
 	var cb callbacks
 	var idle atomic.Bool
 	idle.Store(true)
@@ -531,14 +517,7 @@ func TestIdleRenewsRarelyWithItsOwnDuration(t *testing.T) {
 // controller waits for (a witness's declaration).
 func TestWakeWritesWhileIdle(t *testing.T) {
 	g := NewWithT(t)
-	clientset := fake.NewClientset()
-	var writes atomic.Int32
-	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			writes.Add(1)
-		}
-		return false, nil, nil
-	})
+	clientset, writes := countingClientset()
 	cfg := testConfig(clientset.CoordinationV1())
 	cfg.Duration, cfg.RenewInterval = time.Second, 50*time.Millisecond
 	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 20*time.Second, 10*time.Second
@@ -558,4 +537,18 @@ func TestWakeWritesWhileIdle(t *testing.T) {
 		}
 		return l.Annotations["example.com/news"]
 	}, time.Second, 5*time.Millisecond).Should(Equal("declared"))
+}
+
+// countingClientset is a fake API server that counts the writes to
+// Leases (creates, updates, patches, deletes).
+func countingClientset() (*fake.Clientset, *atomic.Int32) {
+	clientset := fake.NewClientset()
+	writes := &atomic.Int32{}
+	clientset.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			writes.Add(1)
+		}
+		return false, nil, nil
+	})
+	return clientset, writes
 }

@@ -113,22 +113,30 @@ func TestAPeerWithAnotherKeyCannotVouch(t *testing.T) {
 	}
 }
 
-func TestARestartedHolderLearnsItWasDeclaredSilent(t *testing.T) {
+// declaredThenBack runs a holder a/7 with witness b until b declares it
+// silent, then a new peer for a in the same generation 7 (a restart that
+// failed to move on), and waits until it is told so.
+func declaredThenBack(t *testing.T) (again *testPeer) {
+	t.Helper()
 	b := start(t, "b", 1, 3)
 	a := start(t, "a", 1, 7)
 	a.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
 	eventually(t, "a holds", func() bool { return a.HeldUntil([]string{"b"}).After(time.Now()) })
 	a.stop()
 	eventually(t, "b declares a/7", func() bool { return len(b.declaredHolds()) > 0 })
-	// The same generation again (a restart that failed to move on) is
-	// refused and told so.
-	again := start(t, "a", 1, 7)
+	again = start(t, "a", 1, 7)
 	again.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
 	eventually(t, "a/7 learns it was declared silent", func() bool {
 		again.mu.Lock()
 		defer again.mu.Unlock()
 		return again.lost
 	})
+	return again
+}
+
+func TestARestartedHolderLearnsItWasDeclaredSilent(t *testing.T) {
+	// The same generation again is refused and told so.
+	again := declaredThenBack(t)
 	if again.HeldUntil([]string{"b"}).After(time.Now()) {
 		t.Fatal("a declared generation holds again")
 	}
@@ -139,19 +147,7 @@ func TestARestartedHolderLearnsItWasDeclaredSilent(t *testing.T) {
 // for the new generation, never for the old; a generation that does not
 // move forward is refused.
 func TestALostHolderHoldsAgainInANewGeneration(t *testing.T) {
-	b := start(t, "b", 1, 3)
-	a := start(t, "a", 1, 7)
-	a.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
-	eventually(t, "a holds", func() bool { return a.HeldUntil([]string{"b"}).After(time.Now()) })
-	a.stop()
-	eventually(t, "b declares a/7", func() bool { return len(b.declaredHolds()) > 0 })
-	again := start(t, "a", 1, 7)
-	again.SetWitnesses(map[string]netip.AddrPort{"b": b.addr})
-	eventually(t, "a/7 learns it was declared silent", func() bool {
-		again.mu.Lock()
-		defer again.mu.Unlock()
-		return again.lost
-	})
+	again := declaredThenBack(t)
 	if err := again.Restart(7); err == nil {
 		t.Fatal("restarted in the same generation")
 	}

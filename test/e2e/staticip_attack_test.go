@@ -671,27 +671,12 @@ func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, 
 // nftHolds reports whether table inet kubext on the node maps the address
 // (dnat4 key) or maps anything to it (snat4 value).
 func nftHolds(node string, addr netip.Addr) (bool, error) {
-	ns, err := netns.GetFromName(theLab.Net.NodeNamespace(node))
-	if err != nil {
-		return false, err
-	}
-	defer ns.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = c.CloseLasting() }()
-	table := &nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}
 	a := addr.AsSlice()
 	for _, m := range []struct {
 		name string
 		val  bool // the address is the element's value, not its key
 	}{{"dnat4", false}, {"snat4", true}} {
-		set, err := c.GetSetByName(table, m.name)
-		if err != nil {
-			return false, fmt.Errorf("nftables %s on %s: %w", m.name, node, err)
-		}
-		elems, err := c.GetSetElements(set)
+		elems, err := nftElements(node, m.name)
 		if err != nil {
 			return false, err
 		}
@@ -702,6 +687,26 @@ func nftHolds(node string, addr netip.Addr) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// nftElements lists the elements of a set or map of table inet kubext on
+// the node (an expired element is not listed).
+func nftElements(node, set string) ([]nftables.SetElement, error) {
+	ns, err := netns.GetFromName(theLab.Net.NodeNamespace(node))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.CloseLasting() }()
+	s, err := c.GetSetByName(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}, set)
+	if err != nil {
+		return nil, fmt.Errorf("nftables %s on %s: %w", set, node, err)
+	}
+	return c.GetSetElements(s)
 }
 
 // freeze stops the process with SIGSTOP for d and resumes it with SIGCONT;

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
-	"github.com/vishvananda/netns"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -30,18 +29,7 @@ func TestStaticIPWitnessFailover(t *testing.T) {
 	addr := netip.MustParseAddr("203.0.113.114")
 	staticip.WatchSplits(t, theLab.Net, addr)
 
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-witness"}, Spec: ipv1.IPPoolSpec{
-		Addresses: []string{"203.0.113.112/29"}, Claimants: defaultClaimants(), Failover: ipv1.FailoverWitness}}
-	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
-	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "witnessed"}, Spec: ipv1.IPSpec{Address: addr.String()}}
-	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
-	dep := staticip.Deployment("witnessed-app", "witnessed", 2)
-	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
-	t.Cleanup(func() {
-		_ = s.c.Delete(ctx, dep)
-		_ = s.c.Delete(ctx, ip)
-		_ = s.c.Delete(ctx, pool)
-	})
+	s.witnessPool(t, g, "e2e-witness", "203.0.113.112/29", "witnessed", addr)
 
 	var holder, standby, holderNode string
 	g.Eventually(func(g Gomega) {
@@ -116,21 +104,9 @@ func TestStaticIPWitnessFailover(t *testing.T) {
 func TestStaticIPWitnessFrozenAgent(t *testing.T) {
 	s := staticIP(t)
 	g := NewWithT(t)
-	ctx := context.Background()
 	addr := netip.MustParseAddr("203.0.113.115")
 	staticip.WatchSplits(t, theLab.Net, addr)
-	pool := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "e2e-witness-frozen"}, Spec: ipv1.IPPoolSpec{
-		Addresses: []string{"203.0.113.115/32"}, Claimants: defaultClaimants(), Failover: ipv1.FailoverWitness}}
-	g.Expect(s.c.Create(ctx, pool)).To(Succeed())
-	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "witness-frozen"}, Spec: ipv1.IPSpec{Address: addr.String()}}
-	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
-	dep := staticip.Deployment("witness-frozen-app", "witness-frozen", 2)
-	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
-	t.Cleanup(func() {
-		_ = s.c.Delete(ctx, dep)
-		_ = s.c.Delete(ctx, ip)
-		_ = s.c.Delete(ctx, pool)
-	})
+	s.witnessPool(t, g, "e2e-witness-frozen", "203.0.113.115/32", "witness-frozen", addr)
 	before := s.waitReady(g, "witness-frozen", 1)
 	g.Expect(before.Status.AttachedGeneration).To(BeNumerically(">", 0))
 	frozenNode, standby := before.Status.Node, staticip.PodName(before.Status.Standbys[0])
@@ -178,24 +154,27 @@ func (s *staticIPStack) restartManagerIfExited(ctx context.Context) error {
 }
 
 // nftHeld reports whether kubext's hold gate on node holds addr (its held
-// element exists and has not expired).
-func nftHeld(node string, addr netip.Addr) (bool, error) {
-	ns, err := netns.GetFromName(theLab.Net.NodeNamespace(node))
-	if err != nil {
-		return false, err
-	}
-	defer ns.Close()
-	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
-	if err != nil {
-		return false, err
-	}
-	set, err := c.GetSetByName(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyINet}, "held4")
-	if err != nil {
-		return false, nil //nolint:nilerr // no table: nothing held
-	}
-	elems, err := c.GetSetElements(set)
-	if err != nil {
-		return false, err
-	}
-	return slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, addr.AsSlice()) }), nil
+// element exists and has not expired); no table holds nothing.
+func nftHeld(node string, addr netip.Addr) bool {
+	elems, err := nftElements(node, "held4")
+	return err == nil && slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, addr.AsSlice()) })
+}
+
+// witnessPool creates a pool with Witness failover, an IP named name for
+// addr in it, and a 2-replica Deployment claiming it (holder and standby),
+// removed when the test ends.
+func (s *staticIPStack) witnessPool(t *testing.T, g Gomega, pool, cidr, name string, addr netip.Addr) {
+	ctx := context.Background()
+	p := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: ipv1.IPPoolSpec{
+		Addresses: []string{cidr}, Claimants: defaultClaimants(), Failover: ipv1.FailoverWitness}}
+	g.Expect(s.c.Create(ctx, p)).To(Succeed())
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Address: addr.String()}}
+	g.Expect(s.c.Create(ctx, ip)).To(Succeed())
+	dep := staticip.Deployment(name+"-app", name, 2)
+	g.Expect(s.c.Create(ctx, dep)).To(Succeed())
+	t.Cleanup(func() {
+		_ = s.c.Delete(ctx, dep)
+		_ = s.c.Delete(ctx, ip)
+		_ = s.c.Delete(ctx, p)
+	})
 }
