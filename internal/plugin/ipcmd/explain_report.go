@@ -55,6 +55,9 @@ type placementReport struct {
 	AttachedPod  string       `json:"attachedPod,omitempty"`
 	Standbys     []string     `json:"standbys"`
 	LastMoveTime *metav1.Time `json:"lastMoveTime,omitempty"`
+	// Witnesses and AttachedGeneration: Witness failover.
+	Witnesses          []string `json:"witnesses,omitempty"`
+	AttachedGeneration int64    `json:"attachedGeneration,omitempty"`
 }
 
 type nodeReport struct {
@@ -87,7 +90,7 @@ func newExplanationReport(f *facts) explanationReport {
 		Report: plugin.NewReport("IPExplanation"), Time: f.now.UTC(), Name: ip.Name, Address: st.Address,
 		Ready: metav1.ConditionUnknown, Diagnosis: []string{}, Conditions: st.Conditions,
 		Placement: placementReport{Holder: st.Pod, Node: st.Node, AttachedNode: st.AttachedNode, AttachedPod: st.AttachedPod,
-			Standbys: st.Standbys, LastMoveTime: st.LastMoveTime},
+			Standbys: st.Standbys, LastMoveTime: st.LastMoveTime, Witnesses: st.Witnesses, AttachedGeneration: st.AttachedGeneration},
 		Nodes: []nodeReport{}, Pods: []podReport{}, Events: []eventReport{},
 	}
 	if r.Conditions == nil {

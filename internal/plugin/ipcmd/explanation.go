@@ -223,6 +223,10 @@ func diagnose(f *facts, ready *metav1.Condition) []string {
 	}
 	switch ready.Reason {
 	case ipv1.ReasonReady:
+		if len(ip.Status.Witnesses) > 0 && ip.Status.AttachedGeneration == 0 {
+			out = append(out, fmt.Sprintf("Held on node %s's Lease, not on its witnesses' word: none of %s vouched in time. Open UDP port 7946 (the ip-agents' --witness-port) between the nodes; until then it fails over in about 2 s and goes dark while the API server stalls.",
+				ip.Status.Node, strings.Join(ip.Status.Witnesses, ", ")))
+		}
 		if len(ip.Status.Standbys) == 0 {
 			out = append(out, fmt.Sprintf("There is no standby: if node %s fails, the address waits until a claiming pod is Ready on another node.", ip.Status.Node))
 		}
@@ -231,7 +235,7 @@ func diagnose(f *facts, ready *metav1.Condition) []string {
 	case ipv1.ReasonNoEligibleNode:
 		out = append(out, "Pods claim this IP but none can hold it; \"Claiming pods\" below says why for each.")
 	case ipv1.ReasonNodeLost:
-		out = append(out, "The holder's node stopped renewing its heartbeat and no standby can take over. Make another claiming pod Ready on a healthy node, or fix the node.")
+		out = append(out, "The holder's node stopped renewing its heartbeat (or its witnesses declared it silent) and no standby can take over. Make another claiming pod Ready on a healthy node, or fix the node.")
 	case ipv1.ReasonWaitingForAgent:
 		out = append(out, agentAdvice(f, ip.Status.Node, "attach"))
 	case ipv1.ReasonDetaching:
@@ -331,6 +335,8 @@ func writePlacement(w io.Writer, f *facts) {
 	row(tw, "Attached", orDash(st.AttachedNode), "status.attachedNode: the node whose agent may answer for it")
 	row(tw, "Forwards to", orDash(st.AttachedPod), "status.attachedPod: the pod that agent confirmed traffic reaches")
 	row(tw, "Standbys", orDash(strings.Join(st.Standbys, ", ")), "take over at once, in this order")
+	row(tw, "Witnesses", orDash(strings.Join(st.Witnesses, ", ")), "status.witnesses: the nodes that vouch for the holder (Witness failover)")
+	row(tw, "Held on", holdRuleOf(st), "status.attachedGeneration: what keeps the attached node's hold")
 	last := "never"
 	if st.LastMoveTime != nil {
 		last = since(f.now.Sub(st.LastMoveTime.Time)) + " ago"
@@ -346,6 +352,21 @@ func writePlacement(w io.Writer, f *facts) {
 		fmt.Fprintf(w, "  Attaching: waiting for the agent on %s to confirm.\n", st.Node)
 	case st.Node == "" && st.AttachedNode == "":
 		fmt.Fprintln(w, "  The address is attached to no node.")
+	}
+}
+
+// holdRuleOf says what keeps the attached node's hold: its witnesses'
+// word (in its generation), or its heartbeat Lease.
+func holdRuleOf(st ipv1.IPStatus) string {
+	switch {
+	case st.AttachedNode == "":
+		return "-"
+	case st.AttachedGeneration > 0:
+		return fmt.Sprintf("its witnesses' word (generation %d): it moves once a majority of them declare it silent", st.AttachedGeneration)
+	case len(st.Witnesses) > 0:
+		return "its heartbeat Lease: its witnesses did not vouch for it in time (WitnessesUnreachable)"
+	default:
+		return "its heartbeat Lease: it moves once the Lease is not renewed for its duration"
 	}
 }
 

@@ -63,6 +63,31 @@ func TestExplain(t *testing.T) {
 			"tenant/thief   Running  yes    n2    not eligible: REFUSED, may not claim this IP: namespace tenant is not in the IP's spec.claimants.namespaces (default)",
 		},
 	}, {
+		name: "held on the witnesses' word, and held on the Lease for want of them",
+		facts: func(f *facts) {
+			f.ip = readyIP("default/web-1")
+			f.ip.Status.Witnesses, f.ip.Status.AttachedGeneration = []string{"n2"}, 42
+			f.pool = pool(nil)
+			f.pods = []corev1.Pod{pod("web-0", "n1", true), pod("web-1", "n2", true)}
+		},
+		want: []string{
+			"Witnesses    n2",
+			"its witnesses' word (generation 42): it moves once a majority of them declare it silent",
+		},
+		absent: []string{"Open UDP port 7946"},
+	}, {
+		name: "held on the Lease because the witnesses did not vouch",
+		facts: func(f *facts) {
+			f.ip = readyIP("default/web-1")
+			f.ip.Status.Witnesses = []string{"n2"}
+			f.pool = pool(nil)
+			f.pods = []corev1.Pod{pod("web-0", "n1", true), pod("web-1", "n2", true)}
+		},
+		want: []string{
+			"its heartbeat Lease: its witnesses did not vouch for it in time (WitnessesUnreachable)",
+			"none of n2 vouched in time. Open UDP port 7946",
+		},
+	}, {
 		name: "ready, with a standby and ineligible claimants",
 		facts: func(f *facts) {
 			f.ip = readyIP("default/web-1")
