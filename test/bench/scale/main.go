@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -223,7 +224,11 @@ func run(o options) (err error) {
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		ready := obs.ready()
 		if time.Since(last) >= 10*time.Second {
-			fmt.Printf("  %6.1f s: %d of %d Ready; manager RSS %.0f MiB\n", time.Since(start).Seconds(), ready, o.ips, rssMiB(m.PID()))
+			// A List beside the watch tells a stalled watch (the List
+			// sees more Ready than the observer) from Ready writes that
+			// did not happen (both agree).
+			fmt.Printf("  %6.1f s: %d of %d Ready (a List sees %d; %d watches opened); manager RSS %.0f MiB\n",
+				time.Since(start).Seconds(), ready, o.ips, listReady(ctx, c), obs.watches(), rssMiB(m.PID()))
 			last = time.Now()
 		}
 		return ready == o.ips, nil
@@ -416,39 +421,84 @@ func isReady(cs []corev1.PodCondition) bool {
 
 // observer watches the IPs: when each was first placed on a node
 // (status.node) and when it turned Ready.
+//
+// It is an informer, not a raw watch: at 1,000 IPs the API server ends a
+// long watch (its timeout, or a 410 after compaction) well before the run
+// converges, and a raw watch then stops reporting for good, which is how a
+// 100-node run once "saw no Ready IP in 650 s". The informer relists and
+// rewatches; an IP whose transition fell into such a gap is seen at the
+// relist, so its time is late, never missing.
 type observer struct {
 	mu             sync.Mutex
 	placed, readyT map[string]time.Time
+	rewatches      int
 }
 
 func observe(ctx context.Context, c client.WithWatch) (*observer, error) {
 	o := &observer{placed: map[string]time.Time{}, readyT: map[string]time.Time{}}
-	w, err := c.Watch(ctx, &ipv1.IPList{})
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		defer w.Stop()
-		for ev := range w.ResultChan() {
-			if ev.Type != watch.Added && ev.Type != watch.Modified {
-				continue
-			}
-			ip, ok := ev.Object.(*ipv1.IP)
-			if !ok || !strings.HasPrefix(ip.Name, "ip-") {
-				continue
-			}
-			now := time.Now()
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (k8sruntime.Object, error) {
+			l := &ipv1.IPList{}
+			return l, c.List(ctx, l, &client.ListOptions{Raw: &opts})
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			o.mu.Lock()
-			if _, ok := o.placed[ip.Name]; !ok && ip.Status.Node != "" {
-				o.placed[ip.Name] = now
-			}
-			if _, ok := o.readyT[ip.Name]; !ok && meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady) {
-				o.readyT[ip.Name] = now
-			}
+			o.rewatches++
 			o.mu.Unlock()
-		}
-	}()
+			return c.Watch(ctx, &ipv1.IPList{}, &client.ListOptions{Raw: &opts})
+		},
+	}
+	_, inf := toolscache.NewInformerWithOptions(toolscache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &ipv1.IP{},
+		Handler: toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { o.see(obj) },
+			UpdateFunc: func(_, obj any) { o.see(obj) },
+		},
+	})
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil, fmt.Errorf("the IP informer did not sync: %w", ctx.Err())
+	}
 	return o, nil
+}
+
+func (o *observer) see(obj any) {
+	ip, ok := obj.(*ipv1.IP)
+	if !ok || !strings.HasPrefix(ip.Name, "ip-") {
+		return
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.placed[ip.Name]; !ok && ip.Status.Node != "" {
+		o.placed[ip.Name] = now
+	}
+	if _, ok := o.readyT[ip.Name]; !ok && meta.IsStatusConditionTrue(ip.Status.Conditions, ipv1.ConditionReady) {
+		o.readyT[ip.Name] = now
+	}
+}
+
+// listReady counts the Ready bench IPs by a List (-1 if the List fails).
+func listReady(ctx context.Context, c client.Client) int {
+	l := &ipv1.IPList{}
+	if err := c.List(ctx, l); err != nil {
+		return -1
+	}
+	n := 0
+	for i := range l.Items {
+		if strings.HasPrefix(l.Items[i].Name, "ip-") && meta.IsStatusConditionTrue(l.Items[i].Status.Conditions, ipv1.ConditionReady) {
+			n++
+		}
+	}
+	return n
+}
+
+// watches is how many watches the observer opened (1 + its reconnects).
+func (o *observer) watches() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.rewatches
 }
 
 func (o *observer) ready() int {
