@@ -27,11 +27,15 @@ import (
 )
 
 // SetupWithManager serves both validating webhooks from the manager's
-// webhook server; they read pools through the manager's cache.
+// webhook server. The pool webhook lists the pools from the API server:
+// two pools created one right after the other (a GitOps sync) must see
+// each other, and the cache may not have the first yet; pools are few and
+// created rarely. The IP webhook reads them through the cache: IPs are
+// many, and a pool is seldom created the moment before its IPs.
 func SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipv1.IPPool{}).
 		WithValidator(&poolsValidator[*ipv1.IPPool]{
-			reader: mgr.GetClient(),
+			reader: mgr.GetAPIReader(),
 			check:  checkPoolOverlap,
 			// Other updates pass, so that an overlap that got in anyway (see
 			// the package comment) never blocks e.g. removing a finalizer.

@@ -133,6 +133,25 @@ func TestWebhooks(t *testing.T) {
 		createEventually(t, newPool("inner", "198.51.100.96/28"),
 			`spec.addresses: 198.51.100.96/28 overlaps IPPool "partners" (198.51.100.0/24); an address can belong to one pool only`)
 	})
+	t.Run("a pool created right after one it overlaps is refused at once", func(t *testing.T) {
+		// The pool webhook reads pools from the API server: the cache may
+		// not have the first pool yet (a GitOps sync creates them back to
+		// back). No retry here, five times over. (envtest's cache is
+		// usually quick enough to hide the race; a loaded machine is not:
+		// the deployed suite failed on it in CI.)
+		g := NewWithT(t)
+		ctx := context.Background()
+		for i := range 5 {
+			first := newPool(fmt.Sprintf("burst-%d", i), fmt.Sprintf("203.0.113.%d/29", 8*i))
+			g.Expect(k.Create(ctx, first)).To(Succeed())
+			second := newPool(fmt.Sprintf("burst-%d-overlap", i), fmt.Sprintf("203.0.113.%d/30", 8*i+4))
+			err := k.Create(ctx, second)
+			if err == nil {
+				_ = k.Delete(ctx, second)
+			}
+			g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf(`overlaps IPPool "burst-%d"`, i))), "round %d", i)
+		}
+	})
 	t.Run("disjoint pool is accepted", func(t *testing.T) {
 		createEventually(t, newPool("lab", "192.0.2.0/24"), "")
 	})
