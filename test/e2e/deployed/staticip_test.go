@@ -16,6 +16,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab/labnet"
+	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/staticip"
 )
 
@@ -52,6 +53,21 @@ func TestDeployedStaticIPFailsOver(t *testing.T) {
 		return got
 	}
 	var holder, standby, holderNode string
+	t.Cleanup(func() {
+		if t.Failed() {
+			// What the controller saw: the claimants, their nodes and the
+			// agents' heartbeats (kubectl kubext ip explain's facts).
+			for _, args := range [][]string{
+				{"get", "pods", "-o", "wide", "-n", "default"},
+				{"get", "ip", "partner", "-o", "yaml"},
+				{"get", "leases", "-n", lab.SystemNamespace, "-o", "wide"},
+				{"get", "nodes", "-o", "custom-columns=NAME:.metadata.name,READY:.status.conditions[-1].status,TAINTS:.spec.taints[*].key"},
+			} {
+				out, err := theLab.Kubectl(ctxBG, args...)
+				t.Logf("kubectl %v: %v\n%s", args, err, out)
+			}
+		}
+	})
 	g.Eventually(func(g Gomega) {
 		got := get(g)
 		g.Expect(staticip.Ready(got)).To(BeTrue(), "IP not Ready: %v", got.Status.Conditions)
