@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
-	"github.com/kubext/kubext/test/lab/labnet"
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/lab/labnet"
 	"github.com/kubext/kubext/test/staticip"
 )
 
