@@ -8,8 +8,14 @@ BIN      := $(ROOT)/bin
 KUBE_VERSION := v1.36.3
 K8S_BIN  := $(BIN)/k8s-$(KUBE_VERSION)
 K8S_TOOLS := kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok kwokctl
-CONTROLLER_GEN := $(BIN)/controller-gen
-GOLANGCI_LINT  := $(BIN)/golangci-lint
+# Tool binaries carry the version hack/tools/dev/go.mod pins in their names,
+# so bumping a version there builds the new one; bin/<tool> links to it.
+dev_tool_version = $(shell awk '$$1 == "$(1)" { print $$2; exit }' $(ROOT)/hack/tools/dev/go.mod)
+CONTROLLER_TOOLS_VERSION := $(call dev_tool_version,sigs.k8s.io/controller-tools)
+GOLANGCI_LINT_VERSION    := $(call dev_tool_version,github.com/golangci/golangci-lint/v2)
+HELM_VERSION             := $(call dev_tool_version,helm.sh/helm/v3)
+CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+GOLANGCI_LINT  := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL  := $(K8S_BIN)/kubectl
 
 LAB_NAME  ?= kubext
@@ -232,10 +238,12 @@ $(addprefix $(K8S_BIN)/,$(K8S_TOOLS)) &:
 		sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl
 
 $(CONTROLLER_GEN):
-	cd hack/tools/dev && go build -o $(BIN)/ sigs.k8s.io/controller-tools/cmd/controller-gen
+	cd hack/tools/dev && go build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	ln -sf $(notdir $@) $(BIN)/controller-gen
 
 $(GOLANGCI_LINT):
-	cd hack/tools/dev && go build -o $(BIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	cd hack/tools/dev && go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+	ln -sf $(notdir $@) $(BIN)/golangci-lint
 
 # The lab CLI is part of this module; go build is a no-op when up to date.
 .PHONY: $(BIN)/lab
@@ -255,7 +263,7 @@ plugin-dist: ## Cross-build kubectl-kubext archives (with completion script), sh
 
 ##@ Chart
 
-HELM     := $(BIN)/helm
+HELM     := $(BIN)/helm-$(HELM_VERSION)
 PROMTOOL ?= $(shell command -v promtool)
 CHART    := charts/kubext
 # The files of config/ the chart renders from (the chart's copies live under
@@ -272,13 +280,13 @@ CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml
 # Stamped as helm's own Makefile does: its version, and the Kubernetes
 # version that `helm template` and `helm lint` assume without a cluster
 # (unstamped, v1.20, which the chart's kubeVersion refuses).
-HELM_VERSION := $(shell cd hack/tools/dev && go list -m -f '{{.Version}}' helm.sh/helm/v3 2>/dev/null)
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=36 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36
 
 $(HELM):
-	cd hack/tools/dev && go build -ldflags "$(HELM_LDFLAGS)" -o $(BIN)/ helm.sh/helm/v3/cmd/helm
+	cd hack/tools/dev && go build -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+	ln -sf $(notdir $@) $(BIN)/helm
 
 .PHONY: helm
 helm: $(HELM) ## Build helm (v3, tools module) into bin/ once.

@@ -2,6 +2,7 @@ package ip
 
 import (
 	"context"
+	"fmt"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,67 +47,67 @@ const (
 )
 
 func addIndexes(ctx context.Context, mgr ctrl.Manager) error {
-	ix := mgr.GetFieldIndexer()
-	if err := ix.IndexField(ctx, &corev1.Pod{}, indexClaim, func(o client.Object) []string {
-		if name, ok := o.GetAnnotations()[ipv1.AnnotationIP]; ok {
-			return []string{name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := ix.IndexField(ctx, &corev1.Pod{}, indexClaimNode, func(o client.Object) []string {
-		p := o.(*corev1.Pod)
-		if _, ok := p.Annotations[ipv1.AnnotationIP]; ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := ix.IndexField(ctx, &ipv1.IP{}, indexNode, func(o client.Object) []string {
-		ip := o.(*ipv1.IP)
-		var nodes []string
-		for _, n := range []string{ip.Status.Node, ip.Status.AttachedNode} {
-			if n != "" {
-				nodes = append(nodes, n)
+	indexes := []struct {
+		obj     client.Object
+		field   string
+		extract client.IndexerFunc
+	}{
+		{&corev1.Pod{}, indexClaim, func(o client.Object) []string {
+			if name, ok := o.GetAnnotations()[ipv1.AnnotationIP]; ok {
+				return []string{name}
 			}
-		}
-		return nodes
-	}); err != nil {
-		return err
+			return nil
+		}},
+		{&corev1.Pod{}, indexClaimNode, func(o client.Object) []string {
+			p := o.(*corev1.Pod)
+			if _, ok := p.Annotations[ipv1.AnnotationIP]; ok && p.Spec.NodeName != "" {
+				return []string{p.Spec.NodeName}
+			}
+			return nil
+		}},
+		{&ipv1.IP{}, indexNode, func(o client.Object) []string {
+			ip := o.(*ipv1.IP)
+			var nodes []string
+			for _, n := range []string{ip.Status.Node, ip.Status.AttachedNode} {
+				if n != "" {
+					nodes = append(nodes, n)
+				}
+			}
+			return nodes
+		}},
+		{&ipv1.IP{}, indexPool, func(o client.Object) []string {
+			ip := o.(*ipv1.IP)
+			if ip.Spec.Pool != "" {
+				return []string{ip.Spec.Pool}
+			}
+			if ip.Status.Pool != "" {
+				return []string{ip.Status.Pool}
+			}
+			return []string{noPool}
+		}},
+		{&ipv1.IP{}, indexWanted, func(o client.Object) []string {
+			if a, err := ipam.Canonical(o.(*ipv1.IP).Spec.Address); err == nil {
+				return []string{ipam.Name(a)}
+			}
+			return nil
+		}},
+		{&corev1.Node{}, indexNodeAddress, func(o client.Object) []string {
+			return nodeAddresses(o.(*corev1.Node))
+		}},
+		{&networkingv1.IPAddress{}, indexParent, func(o client.Object) []string {
+			if name := parentIP(o.(*networkingv1.IPAddress)); name != "" {
+				return []string{name}
+			}
+			return nil
+		}},
 	}
-	if err := ix.IndexField(ctx, &ipv1.IP{}, indexPool, func(o client.Object) []string {
-		ip := o.(*ipv1.IP)
-		if ip.Spec.Pool != "" {
-			return []string{ip.Spec.Pool}
+	ix := mgr.GetFieldIndexer()
+	for _, i := range indexes {
+		if err := ix.IndexField(ctx, i.obj, i.field, i.extract); err != nil {
+			return fmt.Errorf("index %T by %s: %w", i.obj, i.field, err)
 		}
-		if ip.Status.Pool != "" {
-			return []string{ip.Status.Pool}
-		}
-		return []string{noPool}
-	}); err != nil {
-		return err
 	}
-	if err := ix.IndexField(ctx, &ipv1.IP{}, indexWanted, func(o client.Object) []string {
-		if a, err := ipam.Canonical(o.(*ipv1.IP).Spec.Address); err == nil {
-			return []string{ipam.Name(a)}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := ix.IndexField(ctx, &corev1.Node{}, indexNodeAddress, func(o client.Object) []string {
-		return nodeAddresses(o.(*corev1.Node))
-	}); err != nil {
-		return err
-	}
-	return ix.IndexField(ctx, &networkingv1.IPAddress{}, indexParent, func(o client.Object) []string {
-		if name := parentIP(o.(*networkingv1.IPAddress)); name != "" {
-			return []string{name}
-		}
-		return nil
-	})
+	return nil
 }
 
 // parentIP is the IP an IPAddress reserves an address for, if any.

@@ -2,6 +2,7 @@ package ip
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -121,13 +122,15 @@ func (d *declarations) observe(obj any) {
 func (d *declarations) watch(ctx context.Context, c cache.Cache) error {
 	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
 	if err != nil {
-		return err
+		return fmt.Errorf("Lease informer for witness declarations: %w", err)
 	}
-	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    d.observe,
 		UpdateFunc: func(_, obj any) { d.observe(obj) },
-	})
-	return err
+	}); err != nil {
+		return fmt.Errorf("watch witness declarations in Leases: %w", err)
+	}
+	return nil
 }
 
 // witnessHold reports whether ip's attachment is a hold on its witnesses'
