@@ -17,6 +17,9 @@ HELM_VERSION             := $(call dev_tool_version,helm.sh/helm/v3)
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT  := $(BIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 KUBECTL  := $(K8S_BIN)/kubectl
+# The manager's controllers (--controllers); each has its own RBAC role in
+# config/rbac/controllers/<name>, besides core (the manager itself).
+MANAGER_CONTROLLERS := crontab ip ippool pulsarconsumer reboot redis
 
 LAB_NAME  ?= kubext
 LAB_NODES ?= 3
@@ -55,10 +58,16 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy code from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs, the manager's RBAC role and its webhook configuration from markers.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs, the manager's RBAC role (all controllers, and each controller's own) and its webhook configuration from markers.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
+	for c in $(MANAGER_CONTROLLERS); do \
+		$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/controller/$$c/... \
+			output:rbac:artifacts:config=config/rbac/controllers/$$c; \
+	done
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./cmd/manager/...;./internal/webhookcert/...;./internal/webhook/..." \
+		output:rbac:artifacts:config=config/rbac/controllers/core
 
 .PHONY: fmt
 fmt: ## gofmt the code.
@@ -271,6 +280,7 @@ CHART    := charts/kubext
 # of truth: edit config/, then `make chart-sync`; test/chart fails when the
 # copies differ.
 CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml \
+	$(foreach c,core $(MANAGER_CONTROLLERS),config/rbac/controllers/$(c)/role.yaml) \
 	config/rbac/metrics_auth_role.yaml config/rbac/metrics_reader_role.yaml \
 	$(sort $(wildcard config/rbac/*_editor_role.yaml config/rbac/*_viewer_role.yaml)) \
 	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml \

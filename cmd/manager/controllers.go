@@ -116,8 +116,6 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	return r.SetupWithManager(ctx, mgr)
 }
 
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get,resourceNames=kubext-witness-key
-
 // witnessKeySecret is the Secret config/ip-agent mounts into the agents.
 const witnessKeySecret = "kubext-witness-key"
 

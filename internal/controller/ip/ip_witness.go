@@ -117,6 +117,10 @@ func (d *declarations) observe(obj any) {
 	}
 }
 
+// The manager gives the ip-agents their witness key (cmd/manager, with this
+// controller): it reads the Secret back by name, never watches Secrets.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get,resourceNames=kubext-witness-key
+
 // watch feeds the declarations from the cache's Lease informer (the one
 // the heartbeat Tracker uses: the agents' namespace only).
 func (d *declarations) watch(ctx context.Context, c cache.Cache) error {

@@ -57,6 +57,9 @@ func SetupWithManager(mgr ctrl.Manager) error {
 		Complete()
 }
 
+// The webhooks read the pools, whichever controllers the manager runs.
+// +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch
+
 // +kubebuilder:webhook:path=/validate-ip-kubext-io-v1alpha1-ippool,mutating=false,failurePolicy=ignore,sideEffects=None,groups=ip.kubext.io,resources=ippools,verbs=create;update,versions=v1alpha1,name=vippool.ip.kubext.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-ip-kubext-io-v1alpha1-ip,mutating=false,failurePolicy=ignore,sideEffects=None,groups=ip.kubext.io,resources=ips,verbs=create;update,versions=v1alpha1,name=vip.ip.kubext.io,admissionReviewVersions=v1
 
