@@ -40,7 +40,11 @@ func (r *Reconciler) announce(s *state, d rebootplan.Decision) {
 
 // report writes each RebootGroup's status (only when it changed, over the
 // version it was read at) and the metrics.
-func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, next *deadlines) error {
+func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, now time.Time, next *deadlines) error {
+	nodes := map[string]rebootplan.Node{}
+	for _, n := range s.snapshot(now).Nodes {
+		nodes[n.Name] = n
+	}
 	nodesNeeding.Reset()
 	nodesInProgress.Reset()
 	nodesUnavailable.Reset()
@@ -62,7 +66,7 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 			if s.groups[i].Name != gd.Name {
 				continue
 			}
-			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing); err != nil {
+			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, nodes, now); err != nil {
 				return err
 			}
 		}
@@ -78,8 +82,10 @@ func groupStatus(rg *rebootv1.RebootGroup) (any, *int64) {
 // patchGroupStatus writes what the decision found for the group: through
 // statuspatch, so only when it changed, over the version it was read at,
 // with observedGeneration set (every decision is made for the generation
-// read), a group deleted meanwhile being no error.
-func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) error {
+// read), a group deleted meanwhile being no error. The rollout record is
+// moved on from the one read (rebootplan.Track).
+func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int,
+	nodes map[string]rebootplan.Node, now time.Time) error {
 	status := statuspatch.New(r.Client, rg, groupStatus)
 	updated := rg.DeepCopy()
 	st := &updated.Status
@@ -95,6 +101,7 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	if needing > 0 && !gd.NextWindow.IsZero() {
 		st.NextWindow = &metav1.Time{Time: gd.NextWindow}
 	}
+	st.Rollout = rebootplan.Track(rg.Status.Rollout, &gd, nodes, now)
 	if o, ok := r.drainOutcome[rg.Name]; ok && o.blocked == "" {
 		st.LastDrain = r.lastDrain(rg)
 	}
