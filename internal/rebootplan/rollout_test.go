@@ -17,6 +17,7 @@ type world struct {
 	groups  []rebootv1.RebootGroup
 	nodes   []Node
 	held    map[string]Hold
+	absent  []Absent
 	rollout *rebootv1.RolloutStatus
 	reboots map[string]int
 }
@@ -31,7 +32,7 @@ func (w *world) nodeMap() map[string]Node {
 
 // look decides at t, tracks the rollout and approves what was approved.
 func (w *world) look(t time.Time) Decision {
-	d := Decide(Snapshot{Groups: w.groups, Nodes: w.nodes, Held: w.held, Now: t})
+	d := Decide(Snapshot{Groups: w.groups, Nodes: w.nodes, Held: w.held, Absent: w.absent, Now: t})
 	w.rollout = Track(w.rollout, d.Group("w"), w.nodeMap(), t)
 	for i := range w.nodes {
 		if slices.Contains(d.Approved, w.nodes[i].Name) {
@@ -204,4 +205,22 @@ func TestTrackPausedAndGated(t *testing.T) {
 	if !w.rollout.WaitingSince.Time.Equal(now.Add(time.Minute)) {
 		t.Fatalf("paused since %s, want when the pause was seen", w.rollout.WaitingSince)
 	}
+}
+
+// A node deleted while it reboots keeps its place in the rollout, as
+// rebooting, while its slot is held; it leaves when the slot is let go.
+func TestTrackNodeDeletedWhileRebooting(t *testing.T) {
+	w := newWorld(t, "a", "b")
+	w.look(now)
+	w.expect(rebootv1.RolloutRunning, 1, 0, 2, 0)
+	w.nodes = w.nodes[1:]
+	w.absent = []Absent{{Node: "a", Group: "w"}}
+	w.look(now.Add(time.Minute))
+	w.expect(rebootv1.RolloutRunning, 1, 0, 2, 0)
+	if w.rollout.Message != "Rebooting: a" {
+		t.Fatalf("message %q, want a rebooting", w.rollout.Message)
+	}
+	w.absent = nil
+	w.look(now.Add(31 * time.Minute)) // out of the window: b waits
+	w.expect(rebootv1.RolloutWaitingForWindow, 1, 0, 1, 0)
 }
