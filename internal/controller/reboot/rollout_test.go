@@ -3,12 +3,15 @@ package reboot
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +37,25 @@ func (c *setClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t = t
+}
+
+// notes records the notes of the Events a controller emits.
+type notes struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (n *notes) Eventf(_, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.all = append(n.all, eventtype+" "+reason+" "+fmt.Sprintf(note, args...))
+}
+
+// has says whether a recorded Event's note contains s.
+func (n *notes) has(s string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.ContainsFunc(n.all, func(note string) bool { return strings.Contains(note, s) })
 }
 
 // TestRolloutResumesAtTheNextWindow (kured #620): five nodes ask for a
@@ -148,8 +170,9 @@ func TestRolloutResumesAtTheNextWindow(t *testing.T) {
 		return got.Status.Rollout, got.ResourceVersion
 	}
 
+	recorded := &notes{}
 	a := rival(t, env, c)
-	a.Now = clk.Now
+	a.Now, a.Recorder = clk.Now, recorded
 	run("two reboots done and the third approved", a, func() bool {
 		done, holding := progress()
 		return done == 2 && holding == 1
@@ -171,11 +194,14 @@ func TestRolloutResumesAtTheNextWindow(t *testing.T) {
 		t.Fatalf("rollout after the window closed: %+v", ro)
 	}
 	started := ro.StartTime
+	if want := "Normal RolloutWaiting Rollout 1 waits for the next maintenance window at 2026-11-24T02:00:00Z: 3 of 5 reboots done, 2 remaining, 0 failed"; !recorded.has(want) {
+		t.Fatalf("no Event %q among %q", want, recorded.all)
+	}
 
 	// A new controller: nothing approved, nothing written while the
 	// window is closed.
 	b := rival(t, env, c)
-	b.Now = clk.Now
+	b.Now, b.Recorder = clk.Now, recorded
 	_, version := rolloutOf()
 	for range 20 {
 		if _, err := b.Reconcile(ctx, rollout); err != nil {
@@ -202,6 +228,12 @@ func TestRolloutResumesAtTheNextWindow(t *testing.T) {
 	if ro == nil || ro.Number != 1 || !ro.StartTime.Equal(&started) || ro.State != rebootv1.RolloutComplete ||
 		ro.Done != nodes || ro.Total != nodes || ro.Remaining != 0 || ro.CompletionTime == nil || ro.WaitingSince != nil {
 		t.Fatalf("rollout after the next window: %+v", ro)
+	}
+	for _, want := range []string{"Normal RolloutRunning Rollout 1 resumed: 3 of 5 reboots done, 2 remaining",
+		"Normal RolloutComplete Rollout 1 complete: 5 of 5 reboots done, 0 remaining, 0 failed"} {
+		if !recorded.has(want) {
+			t.Fatalf("no Event %q among %q", want, recorded.all)
+		}
 	}
 	for i := range nodes {
 		if name := fmt.Sprintf("resume-%d", i); reboots[name] != 1 {

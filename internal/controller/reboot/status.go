@@ -106,7 +106,42 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 		st.LastDrain = r.lastDrain(rg)
 	}
 	r.setConditions(updated, gd, needing)
-	return status.Patch(ctx, updated, nil)
+	if err := status.Patch(ctx, updated, nil); err != nil {
+		return err
+	}
+	r.announceRollout(rg, rg.Status.Rollout, st.Rollout)
+	return nil
+}
+
+// announceRollout emits an Event on the group when its rollout, as just
+// written, started or changed state: "Rollout 4 waits for the next
+// maintenance window at T: 71 of 120 reboots done".
+func (r *Reconciler) announceRollout(rg *rebootv1.RebootGroup, prev, ro *rebootv1.RolloutStatus) {
+	if ro == nil || prev != nil && prev.Number == ro.Number && prev.State == ro.State {
+		return
+	}
+	var reason, note string
+	switch ro.State {
+	case rebootv1.RolloutComplete:
+		reason, note = EventRolloutComplete, "complete"
+	case rebootv1.RolloutWaitingForWindow:
+		reason, note = EventRolloutWaiting, "waits for the next maintenance window"
+		if ro.ResumeAt != nil {
+			note += " at " + ro.ResumeAt.UTC().Format(time.RFC3339)
+		}
+	case rebootv1.RolloutRunning:
+		reason, note = EventRolloutRunning, "running"
+		if prev != nil && prev.Number == ro.Number {
+			reason, note = EventRolloutRunning, "resumed"
+		}
+	default:
+		reason, note = EventRolloutWaiting, "stopped: "+string(ro.State)
+		if ro.Message != "" {
+			note += " (" + ro.Message + ")"
+		}
+	}
+	r.Recorder.Eventf(rg, nil, corev1.EventTypeNormal, reason, "Rollout", "Rollout %d %s: %d of %d reboots done, %d remaining, %d failed",
+		ro.Number, note, ro.Done, ro.Total, ro.Remaining, ro.Failed)
 }
 
 func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) {
