@@ -407,6 +407,15 @@ type RebootGroupStatus struct {
 	// +optional
 	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
 
+	// rollout is the group's current (or last) rollout: the nodes that
+	// needed a reboot when it started or asked while it ran, how many of
+	// them are done, remain or failed, and why it waits, if it does. It is
+	// kept here, in the API, so that a rollout cut short by the end of its
+	// maintenance window, a pause or a new leader goes on with the nodes
+	// that remain. Unset until a node of the group first asks for a reboot.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+
 	// lastDrain names the group's last node whose drain completed and the
 	// workloads whose pods it evicted, for healthGates.evictedPodsReady
 	// (kept here so that a new leader checks the same ones).
@@ -424,6 +433,112 @@ type RebootGroupStatus struct {
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=8
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RolloutState says where a group's rollout stands.
+// +kubebuilder:validation:Enum=Running;WaitingForWindow;Paused;Gated;Halted;Invalid;Complete
+type RolloutState string
+
+// States of a rollout.
+const (
+	// RolloutRunning: nodes of the rollout are rebooting, or wait only for
+	// a free slot of the budget (or for reasons of their own, such as a
+	// blocking pod or a retry after a drain timeout).
+	RolloutRunning RolloutState = "Running"
+	// RolloutWaitingForWindow: nothing of the rollout is under way and no
+	// maintenance window is open; it goes on at resumeAt.
+	RolloutWaitingForWindow RolloutState = "WaitingForWindow"
+	// RolloutPaused: spec.paused is set; reboots already approved finish.
+	RolloutPaused RolloutState = "Paused"
+	// RolloutGated: nothing of the rollout is under way and a health gate
+	// holds the group; the message names the gate.
+	RolloutGated RolloutState = "Gated"
+	// RolloutHalted: maxFailures reboots of the group failed.
+	RolloutHalted RolloutState = "Halted"
+	// RolloutInvalid: the group's spec cannot be used; the Ready condition
+	// says why.
+	RolloutInvalid RolloutState = "Invalid"
+	// RolloutComplete: every node of the rollout was rebooted (or failed,
+	// or withdrew its request).
+	RolloutComplete RolloutState = "Complete"
+)
+
+// RolloutStatus is one rollout of a group: from the moment a node of the
+// group asks for a reboot while no rollout runs, until no node that asked
+// since remains to be rebooted. A node is rebooted once per request: one
+// verified in this rollout is rebooted again only if it asks again after
+// that reboot.
+type RolloutStatus struct {
+	// number counts the group's rollouts, from 1.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	Number int64 `json:"number"`
+
+	// startTime is when the rollout started: when the first of its nodes
+	// was seen asking for a reboot.
+	// +required
+	StartTime metav1.Time `json:"startTime"`
+
+	// completionTime is when the last node of the rollout was done.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// state is Running, WaitingForWindow, Paused, Gated, Halted, Invalid
+	// or Complete.
+	// +required
+	State RolloutState `json:"state"`
+
+	// message says more about the state, e.g. which gate holds the group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// waitingSince is when the rollout stopped for the state it is in
+	// (WaitingForWindow, Paused, Gated, Halted or Invalid), e.g. when its
+	// last maintenance window closed.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// resumeAt is when the next maintenance window opens, while the
+	// rollout waits for one.
+	// +optional
+	ResumeAt *metav1.Time `json:"resumeAt,omitempty"`
+
+	// total is done + remaining + failed: the rollout's nodes, plus one for
+	// each node that asked again after its reboot in it. A node whose
+	// request is withdrawn before its reboot leaves the rollout.
+	// +optional
+	Total int32 `json:"total"`
+
+	// done is the number of the rollout's reboots that were verified.
+	// +optional
+	Done int32 `json:"done"`
+
+	// remaining is the number of the rollout's nodes still to be rebooted,
+	// including those rebooting now.
+	// +optional
+	Remaining int32 `json:"remaining"`
+
+	// failed is the number of the rollout's nodes whose reboot failed or is
+	// stuck.
+	// +optional
+	Failed int32 `json:"failed"`
+
+	// remainingNodes are the names of the rollout's nodes still to be
+	// rebooted, including those rebooting now.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=5000
+	// +kubebuilder:validation:items:MaxLength=253
+	RemainingNodes []string `json:"remainingNodes,omitempty"`
+
+	// failedNodes are the names of the rollout's nodes whose reboot failed
+	// or is stuck.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=5000
+	// +kubebuilder:validation:items:MaxLength=253
+	FailedNodes []string `json:"failedNodes,omitempty"`
 }
 
 // DrainRecord is a completed drain: the node and the workloads whose pods
@@ -454,6 +569,10 @@ type DrainRecord struct {
 // +kubebuilder:printcolumn:name="Needing",type=integer,JSONPath=".status.needing"
 // +kubebuilder:printcolumn:name="Rebooting",type=integer,JSONPath=".status.rebooting"
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=".status.failed",priority=1
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=".status.rollout.state"
+// +kubebuilder:printcolumn:name="Done",type=integer,JSONPath=".status.rollout.done"
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=".status.rollout.total"
+// +kubebuilder:printcolumn:name="Resume At",type=string,JSONPath=".status.rollout.resumeAt",priority=1
 // +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=".spec.paused"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
 // +kubebuilder:printcolumn:name="Message",type=string,JSONPath=".status.conditions[?(@.type==\"Ready\")].message",priority=1

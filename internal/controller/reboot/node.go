@@ -20,6 +20,11 @@ const (
 	EventVerified      = "RebootVerified"
 	EventStuck         = "RebootStuck"
 	EventCancelled     = "RebootCancelled"
+	// On groups, when their rollout (status.rollout) starts or changes
+	// state.
+	EventRolloutRunning  = "RolloutRunning"
+	EventRolloutWaiting  = "RolloutWaiting"
+	EventRolloutComplete = "RolloutComplete"
 )
 
 // advance moves one node a step along the protocol: it records when a

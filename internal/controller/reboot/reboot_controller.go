@@ -173,7 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 	}
 	r.announce(s, decision)
-	if err := r.report(ctx, s, decision, next); err != nil {
+	if err := r.report(ctx, s, decision, now, next); err != nil {
 		return r.retry(ctx, err)
 	}
 	return ctrl.Result{RequeueAfter: next.after(maxRequeue)}, nil

@@ -40,7 +40,11 @@ func (r *Reconciler) announce(s *state, d rebootplan.Decision) {
 
 // report writes each RebootGroup's status (only when it changed, over the
 // version it was read at) and the metrics.
-func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, next *deadlines) error {
+func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision, now time.Time, next *deadlines) error {
+	nodes := map[string]rebootplan.Node{}
+	for _, n := range s.snapshot(now).Nodes {
+		nodes[n.Name] = n
+	}
 	nodesNeeding.Reset()
 	nodesInProgress.Reset()
 	nodesUnavailable.Reset()
@@ -62,7 +66,7 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 			if s.groups[i].Name != gd.Name {
 				continue
 			}
-			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing); err != nil {
+			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, nodes, now); err != nil {
 				return err
 			}
 		}
@@ -78,8 +82,10 @@ func groupStatus(rg *rebootv1.RebootGroup) (any, *int64) {
 // patchGroupStatus writes what the decision found for the group: through
 // statuspatch, so only when it changed, over the version it was read at,
 // with observedGeneration set (every decision is made for the generation
-// read), a group deleted meanwhile being no error.
-func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) error {
+// read), a group deleted meanwhile being no error. The rollout record is
+// moved on from the one read (rebootplan.Track).
+func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int,
+	nodes map[string]rebootplan.Node, now time.Time) error {
 	status := statuspatch.New(r.Client, rg, groupStatus)
 	updated := rg.DeepCopy()
 	st := &updated.Status
@@ -95,11 +101,47 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	if needing > 0 && !gd.NextWindow.IsZero() {
 		st.NextWindow = &metav1.Time{Time: gd.NextWindow}
 	}
+	st.Rollout = rebootplan.Track(rg.Status.Rollout, &gd, nodes, now)
 	if o, ok := r.drainOutcome[rg.Name]; ok && o.blocked == "" {
 		st.LastDrain = r.lastDrain(rg)
 	}
 	r.setConditions(updated, gd, needing)
-	return status.Patch(ctx, updated, nil)
+	if err := status.Patch(ctx, updated, nil); err != nil {
+		return err
+	}
+	r.announceRollout(rg, rg.Status.Rollout, st.Rollout)
+	return nil
+}
+
+// announceRollout emits an Event on the group when its rollout, as just
+// written, started or changed state: "Rollout 4 waits for the next
+// maintenance window at T: 71 of 120 reboots done".
+func (r *Reconciler) announceRollout(rg *rebootv1.RebootGroup, prev, ro *rebootv1.RolloutStatus) {
+	if ro == nil || prev != nil && prev.Number == ro.Number && prev.State == ro.State {
+		return
+	}
+	var reason, note string
+	switch ro.State {
+	case rebootv1.RolloutComplete:
+		reason, note = EventRolloutComplete, "complete"
+	case rebootv1.RolloutWaitingForWindow:
+		reason, note = EventRolloutWaiting, "waits for the next maintenance window"
+		if ro.ResumeAt != nil {
+			note += " at " + ro.ResumeAt.UTC().Format(time.RFC3339)
+		}
+	case rebootv1.RolloutRunning:
+		reason, note = EventRolloutRunning, "running"
+		if prev != nil && prev.Number == ro.Number {
+			reason, note = EventRolloutRunning, "resumed"
+		}
+	default:
+		reason, note = EventRolloutWaiting, "stopped: "+string(ro.State)
+		if ro.Message != "" {
+			note += " (" + ro.Message + ")"
+		}
+	}
+	r.Recorder.Eventf(rg, nil, corev1.EventTypeNormal, reason, "Rollout", "Rollout %d %s: %d of %d reboots done, %d remaining, %d failed",
+		ro.Number, note, ro.Done, ro.Total, ro.Remaining, ro.Failed)
 }
 
 func (r *Reconciler) setConditions(rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int) {

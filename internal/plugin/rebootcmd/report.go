@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/plugin"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
@@ -37,6 +38,10 @@ type groupReport struct {
 	Done           int      `json:"done"`
 	Failed         []string `json:"failed"`
 	Stuck          []string `json:"stuck"`
+	// Rollout is the group's current or last rollout, as its status
+	// records it moved on to now; none for the implicit default group or
+	// a group that never had one.
+	Rollout *rebootv1.RolloutStatus `json:"rollout,omitempty"`
 }
 
 type overlap struct {
@@ -58,7 +63,7 @@ func splitSummary(g *rebootplan.GroupDecision) (string, string) {
 	return state, message
 }
 
-func newStatusReport(d rebootplan.Decision, rows []NodeStatus, now time.Time) statusReport {
+func newStatusReport(d rebootplan.Decision, rows []NodeStatus, ro map[string]*rebootv1.RolloutStatus, now time.Time) statusReport {
 	r := statusReport{Report: plugin.NewReport("RebootStatus"), Time: now.UTC(), Nodes: rows, Overlapping: overlaps(d)}
 	if r.Nodes == nil {
 		r.Nodes = []NodeStatus{}
@@ -76,6 +81,7 @@ func newStatusReport(d rebootplan.Decision, rows []NodeStatus, now time.Time) st
 			Name: g.Name, Implicit: g.Implicit, State: state, StateMessage: message,
 			Nodes: len(g.Nodes), MaxUnavailable: g.MaxUnavailable, Unavailable: nonNil(g.Unavailable),
 			Needing: needing, Rebooting: nonNil(g.Rebooting), Done: g.Done, Failed: nonNil(g.Failed), Stuck: nonNil(g.Stuck),
+			Rollout: ro[g.Name],
 		})
 	}
 	return r

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/plugin"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
@@ -42,6 +43,13 @@ need a reboot, are rebooting, are done, failed or stuck, and the nodes
 rebooting now. STATE is Paused, Halted, Invalid, OutsideWindow, RollingOut,
 GateHeld (a health gate holds the group's waiting nodes; the gate and what
 it found follow), Waiting or Idle.
+
+For each group with a RebootGroup object, its rollout (kept in the group's
+status, so it spans maintenance windows, pauses and controller restarts):
+its number, when it started, DONE/TOTAL reboots, the nodes remaining and
+failed, and STATE: Running, WaitingForWindow (until the next window opens),
+Paused, Gated (by the health gate named), Halted, Invalid or Complete. The
+implicit default group keeps no rollout record.
 
 For each node with a reboot annotation: Needed (waits for approval, with the
 reason), Approved, Draining, Rebooting, Soaking (back with a new boot ID,
@@ -74,7 +82,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 	}
 	if o.output.Structured() {
 		d, rows := statusRows(cl, o.all)
-		return o.output.Print(o.env.Out, newStatusReport(d, rows, cl.snapshot.Now))
+		return o.output.Print(o.env.Out, newStatusReport(d, rows, rollouts(cl, d), cl.snapshot.Now))
 	}
 	return writeStatus(o.env.Out, cl, o.all)
 }
@@ -107,6 +115,12 @@ func writeStatus(w io.Writer, cl *cluster, all bool) error {
 	}
 	for _, o := range d.Overlapping {
 		fmt.Fprintf(w, "Node %s is selected by several groups (%s) and rebooted by none of them.\n", o.Node, strings.Join(o.Groups, ", "))
+	}
+	if ro := rollouts(cl, d); len(ro) > 0 {
+		fmt.Fprintln(w)
+		if err := p.PrintObj(rolloutTable(d, ro, now), w); err != nil {
+			return err
+		}
 	}
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "\nNo node needs a reboot or has been rebooted by kubext.")
@@ -168,4 +182,92 @@ func nodeTable(rows []NodeStatus, now time.Time) *metav1.Table {
 		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{r.Node, orDash(r.Group), state, age(now, r.Since), orDash(r.Detail)}})
 	}
 	return t
+}
+
+// rollouts are the groups' rollouts by group name, moved on from the
+// record in each RebootGroup's status to what the nodes show now, as the
+// controller's next look will write them (rebootplan.Track). Groups
+// without a RebootGroup object, or that never had a rollout, have none.
+func rollouts(cl *cluster, d rebootplan.Decision) map[string]*rebootv1.RolloutStatus {
+	nodes := map[string]rebootplan.Node{}
+	for _, n := range cl.snapshot.Nodes {
+		nodes[n.Name] = n
+	}
+	out := map[string]*rebootv1.RolloutStatus{}
+	for i := range cl.snapshot.Groups {
+		g := &cl.snapshot.Groups[i]
+		gd := d.Group(g.Name)
+		if gd == nil {
+			continue
+		}
+		if r := rebootplan.Track(g.Status.Rollout, gd, nodes, cl.snapshot.Now); r != nil {
+			out[g.Name] = r
+		}
+	}
+	return out
+}
+
+// rolloutTable has one row per group with a rollout.
+func rolloutTable(d rebootplan.Decision, ro map[string]*rebootv1.RolloutStatus, now time.Time) *metav1.Table {
+	t := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Group", Type: "string"},
+		{Name: "Rollout", Type: "integer"},
+		{Name: "Started", Type: "string"},
+		{Name: "Done", Type: "string"},
+		{Name: "Remaining", Type: "string"},
+		{Name: "Failed", Type: "string"},
+		{Name: "State", Type: "string"},
+	}}
+	for _, g := range d.Groups {
+		r, ok := ro[g.Name]
+		if !ok {
+			continue
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{
+			g.Name, r.Number, age(now, r.StartTime.Time) + " ago", fmt.Sprintf("%d/%d", r.Done, r.Total),
+			countAndNames(r.Remaining, r.RemainingNodes), countAndNames(r.Failed, r.FailedNodes), rolloutState(r, now),
+		}})
+	}
+	return t
+}
+
+// rolloutState is a rollout's state in a sentence: "WaitingForWindow
+// until 2026-11-24T02:00:00Z (since 3h)", "Gated by ...", "Complete 5m ago".
+func rolloutState(r *rebootv1.RolloutStatus, now time.Time) string {
+	since := ""
+	if r.WaitingSince != nil {
+		since = " (since " + age(now, r.WaitingSince.Time) + ")"
+	}
+	switch r.State {
+	case rebootv1.RolloutWaitingForWindow:
+		if r.ResumeAt != nil {
+			return fmt.Sprintf("WaitingForWindow until %s%s", stamp(r.ResumeAt.Time), since)
+		}
+		return "WaitingForWindow" + since + ": " + r.Message
+	case rebootv1.RolloutGated:
+		return "Gated by " + r.Message + since
+	case rebootv1.RolloutComplete:
+		if r.CompletionTime != nil {
+			return "Complete " + age(now, r.CompletionTime.Time) + " ago"
+		}
+		return "Complete"
+	case rebootv1.RolloutRunning:
+		if r.Message == "" {
+			return "Running"
+		}
+		return "Running: " + r.Message
+	}
+	return string(r.State) + since + ": " + r.Message
+}
+
+// countAndNames is "2 (a, b)", or "0"; long lists are cut after five
+// names (-o yaml lists them all).
+func countAndNames(n int32, names []string) string {
+	if n == 0 {
+		return "0"
+	}
+	if len(names) > 5 {
+		return fmt.Sprintf("%d (%s, ...)", n, strings.Join(names[:5], ", "))
+	}
+	return fmt.Sprintf("%d (%s)", n, strings.Join(names, ", "))
 }
