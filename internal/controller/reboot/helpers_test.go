@@ -21,7 +21,25 @@ import (
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
+	"github.com/kubext/kubext/test/testenv"
 )
+
+// ownAPIServer starts an API server for one test (for tests that run
+// controllers of their own: this package's shared one has a controller
+// running already), stopped when the test ends, and a client of it.
+func ownAPIServer(t *testing.T) (*testenv.Env, client.Client) {
+	t.Helper()
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, c
+}
 
 // testLabel ties a test's nodes to its group, so tests do not see each
 // other's nodes.

@@ -47,15 +47,7 @@ func rival(t *testing.T, env *testenv.Env, c client.Client) *Reconciler {
 // the approvals ledger both nodes end up approved with maxUnavailable 1.
 // With it, A's grant is refused and A decides again from a fresh read.
 func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := ownAPIServer(t)
 	ctx := t.Context()
 	one := intstr.FromInt32(1)
 	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "race"}, Spec: rebootv1.RebootGroupSpec{
@@ -291,15 +283,7 @@ func TestWithdrawnRequestUndoesTheApproval(t *testing.T) {
 // it: both controllers mostly choose the same node, which the node's own
 // resourceVersion already protects).
 func TestTwoLeadersNeverExceedTheBudget(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := ownAPIServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	const nodes, budget = 8, 2

@@ -18,7 +18,6 @@ import (
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/rebootplan"
-	"github.com/kubext/kubext/test/testenv"
 )
 
 // setClock is a clock a test sets.
@@ -69,15 +68,7 @@ func (n *notes) has(s string) bool {
 // run against an API server of their own (this package's shared one has
 // a controller running already) on a clock the test sets.
 func TestRolloutResumesAtTheNextWindow(t *testing.T) {
-	env, err := testenv.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, c := ownAPIServer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
