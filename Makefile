@@ -35,10 +35,15 @@ K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION)
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36
 
 GO_TEST_FLAGS ?= -count=1
+# The unit and envtest tier includes hack/image and hack/plugin-release,
+# which build the release binaries with -trimpath (a build cache of their
+# own: cold in CI, minutes on 2 cores); go test's default 10m is too short
+# for them on a loaded runner.
+UNIT_TIMEOUT  ?= 30m
 E2E_TIMEOUT   ?= 40m
 # Everything that brings up a lab takes this machine-wide lock: network
 # namespaces, the documentation subnets and kwokctl's ports are global.
-# (test/chart takes it from inside its test.)
+# (test/chart and test/lab/labnet take it from inside their tests: test/lablock.)
 LAB_LOCK      ?= flock -o /tmp/kubext-e2e.lock
 
 .DEFAULT_GOAL := help
@@ -94,12 +99,12 @@ verify-generated: generate manifests ## Fail when generated code or CRDs are out
 
 .PHONY: test
 test: tools build test-deps ## Run all tests: unit, envtest, lab e2e (network parts need root).
-	go test $(GO_TEST_FLAGS) -race $$(go list ./... | grep -v /test/e2e)
+	go test $(GO_TEST_FLAGS) -race -timeout $(UNIT_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
 	$(LAB_LOCK) go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) -v ./test/e2e/...
 
 .PHONY: test-unit
 test-unit: tools test-deps ## Run unit and envtest tests only.
-	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+	go test $(GO_TEST_FLAGS) -timeout $(UNIT_TIMEOUT) $$(go list ./... | grep -v /test/e2e)
 
 .PHONY: test-deps
 test-deps: ## Install the programs the tests run besides Go (redis-server, promtool) when root, else say what is missing.

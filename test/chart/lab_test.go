@@ -3,36 +3,24 @@ package chart
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/lablock"
 )
 
-// e2eLock is the machine-wide lock of everything that brings a lab up
-// (network namespaces, documentation subnets and kwokctl ports are global);
-// `flock -o /tmp/kubext-e2e.lock go test ./test/e2e/` takes the same one.
-const e2eLock = "/tmp/kubext-e2e.lock"
-
-// lockLabs takes the lab lock for the rest of the test.
+// lockLabs takes the machine-wide lab lock for the rest of the test.
 func lockLabs(t *testing.T) {
 	t.Helper()
-	f, err := os.OpenFile(e2eLock, os.O_CREATE|os.O_RDWR, 0o666)
+	t.Logf("waiting for %s", lablock.Path)
+	unlock, err := lablock.Lock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("waiting for %s", e2eLock)
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		_ = f.Close()
-	})
+	t.Cleanup(unlock)
 }
 
 // TestHelmInstallUpgradeUninstallOnLab installs the chart into a lab of its
