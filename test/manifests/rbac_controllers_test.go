@@ -142,3 +142,79 @@ func TestChartGrantsOnlyTheSelectedControllers(t *testing.T) {
 		})
 	}
 }
+
+// With rbac.redisSecretNamespaces the manager reads Secrets in those
+// namespaces only: the ClusterRole grants no Secret, a Role in each listed
+// namespace grants get, bound to the manager; without the Redis controller
+// there is no such Role at all.
+func TestChartGrantsRedisSecretsPerNamespace(t *testing.T) {
+	secretRoles := func(objs []*unstructured.Unstructured) (clusterWide bool, namespaces []string) {
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				res, _, _ := unstructured.NestedStringSlice(rule, "resources")
+				names, _, _ := unstructured.NestedStringSlice(rule, "resourceNames")
+				if !slices.Contains(res, "secrets") || len(names) > 0 {
+					continue
+				}
+				switch {
+				case o.GetKind() == "ClusterRole" && o.GetName() == "kubext-manager-role":
+					clusterWide = true
+				case o.GetKind() == "Role" && o.GetName() == "kubext-redis-secret-reader":
+					namespaces = append(namespaces, o.GetNamespace())
+				}
+			}
+		}
+		return clusterWide, namespaces
+	}
+	bound := func(objs []*unstructured.Unstructured, ns string) bool {
+		return slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool {
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			return o.GetKind() == "RoleBinding" && o.GetNamespace() == ns && ref == "kubext-redis-secret-reader" &&
+				len(subjects) == 1 && subjects[0].(map[string]any)["name"] == "kubext-controller-manager"
+		})
+	}
+
+	objs, err := helmTemplate(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wide, nss := secretRoles(objs); !wide || len(nss) != 0 {
+		t.Errorf("defaults: cluster-wide Secret get %v, per-namespace %v; want cluster-wide only", wide, nss)
+	}
+
+	objs, err = helmTemplate(t, "rbac.redisSecretNamespaces={team-a,team-b}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range checkManagerRBAC(objs) {
+		t.Error(p)
+	}
+	wide, nss := secretRoles(objs)
+	slices.Sort(nss)
+	if wide || !slices.Equal(nss, []string{"team-a", "team-b"}) {
+		t.Errorf("redisSecretNamespaces: cluster-wide Secret get %v, per-namespace %v; want none, team-a and team-b", wide, nss)
+	}
+	for _, ns := range []string{"team-a", "team-b"} {
+		if !bound(objs, ns) {
+			t.Errorf("no RoleBinding of the manager to the Secret reader in %s", ns)
+		}
+	}
+
+	objs, err = helmTemplate(t, "rbac.redisSecretNamespaces={team-a}", "controllers={crontab}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wide, nss := secretRoles(objs); wide || len(nss) != 0 {
+		t.Errorf("without the Redis controller: cluster-wide Secret get %v, per-namespace %v; want neither", wide, nss)
+	}
+
+	if _, err := helmTemplate(t, "rbac.redisSecretNamespaces={Not_A_Namespace}"); err == nil {
+		t.Error("a namespace name the API would refuse was accepted by the values schema")
+	}
+}

@@ -55,6 +55,11 @@ const (
 	// spec.passwordSecretKeyRef does not exist, so the pods cannot start and
 	// kubext cannot talk to them.
 	ReasonSecretNotFound = "SecretNotFound"
+	// ReasonSecretForbidden (Ready): kubext may not read Secrets in the
+	// Redis's namespace (its Secret rights are limited to some namespaces,
+	// e.g. the chart's rbac.redisSecretNamespaces), so it cannot talk to
+	// the members; the pods themselves read the Secret as usual.
+	ReasonSecretForbidden = "SecretForbidden"
 	// ReasonObjectExists (Ready): an object kubext must create (the
 	// StatefulSet, a Service or the PodDisruptionBudget) exists and is not
 	// controlled by this Redis, so kubext leaves it alone. Delete or rename

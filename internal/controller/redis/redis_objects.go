@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -50,8 +51,9 @@ func replicasName(rd *cachev1.Redis) string { return rd.Name + "-replicas" }
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
-// errNoSecret: the password Secret or its key does not exist.
-var errNoSecret = errors.New("password Secret not found")
+// errNoSecret: the password Secret or its key does not exist, or kubext
+// may not read it.
+var errNoSecret = errors.New("password Secret not found or not readable")
 
 // reconcileObjects makes the Redis's StatefulSet, Services and
 // PodDisruptionBudget match its spec and returns the StatefulSet as it now
@@ -133,8 +135,14 @@ func (r *Reconciler) password(ctx context.Context, rd *cachev1.Redis) (string, e
 			"Secret %s (spec.passwordSecretKeyRef) does not exist: the members cannot start without it", ref.Name)
 		return "", errNoSecret
 	}
+	if apierrors.IsForbidden(err) {
+		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretForbidden,
+			"kubext may not read Secret %s (spec.passwordSecretKeyRef): its manager is granted Secrets only in some namespaces, not %s "+
+				"(the chart's rbac.redisSecretNamespaces); it cannot manage the members without the password", ref.Name, rd.Namespace)
+		return "", errNoSecret
+	}
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("reading Secret %s/%s (spec.passwordSecretKeyRef): %w", rd.Namespace, ref.Name, err)
 	}
 	pw, ok := secret.Data[ref.Key]
 	if !ok {

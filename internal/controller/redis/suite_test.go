@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,10 +18,13 @@ var (
 	mgr ctrl.Manager  // its client reads from the cache the controller reads
 	// servers stands in for the members' Redis servers (see fakeRedis).
 	servers = newFakeRedis()
+	// apiServer is the test API server's admin config.
+	apiServer *rest.Config
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) (err error) {
+		apiServer = env.Config
 		// The manager's cache as deployed: Pods trimmed to what the
 		// controllers read (the Redis controller reads its members').
 		opts := ctrl.Options{Cache: cachetrim.Options("kubext-system")}
