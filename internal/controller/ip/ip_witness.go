@@ -126,7 +126,7 @@ func (d *declarations) observe(obj any) {
 func (d *declarations) watch(ctx context.Context, c cache.Cache) error {
 	inf, err := c.GetInformer(ctx, &coordinationv1.Lease{})
 	if err != nil {
-		return fmt.Errorf("Lease informer for witness declarations: %w", err)
+		return fmt.Errorf("getting the Lease informer for witness declarations: %w", err)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    d.observe,
