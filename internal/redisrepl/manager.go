@@ -10,8 +10,10 @@ import (
 // Client talks to the members of one group. Redis is the implementation
 // that talks to real Redis servers.
 type Client interface {
-	// Observe asks the member at addr for its replication state.
-	Observe(ctx context.Context, addr string) (State, error)
+	// Observe asks member m, at m.Addr, for its replication state. A member
+	// that did not answer its last observation (m.Unanswered) may be given
+	// less time to answer the dial.
+	Observe(ctx context.Context, m Member) (State, error)
 	// Promote makes the member at addr a primary.
 	Promote(ctx context.Context, addr string) error
 	// Follow makes the member at addr replicate from primary (host:port).
@@ -81,7 +83,7 @@ func Observe(ctx context.Context, c Client, members []Member) []Observation {
 		if m.Addr == "" {
 			continue
 		}
-		wg.Go(func() { obs[i].State, obs[i].Err = c.Observe(ctx, m.Addr) })
+		wg.Go(func() { obs[i].State, obs[i].Err = c.Observe(ctx, m) })
 	}
 	wg.Wait()
 	return obs

@@ -14,9 +14,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultTimeout bounds each connection and command when Redis.Timeout is
-// not set: short, so that an unreachable member costs a reconcile little.
+// DefaultTimeout bounds each command when Redis.Timeout is not set:
+// short, so that a member that stops answering costs a reconcile little.
 const DefaultTimeout = time.Second
+
+// Dial timeouts. A dial is answered by the member's kernel (SYN-ACK), not
+// by Redis, so a busy Redis is not mistaken for a gone one: on a pod
+// network the answer takes a round trip, well under a millisecond, and a
+// dial that gets no answer is retried by TCP only after a second (the
+// initial retransmission timeout). Any dial timeout between a few round
+// trips and that second tells the same members apart; a short one keeps a
+// member that is gone (its node lost, its address cut off) from holding
+// every observation round of its group for a second.
+const (
+	// DialTimeout bounds connecting to a member that answered last time
+	// (or to any member, for calls other than Observe), when it is shorter
+	// than Redis.Timeout.
+	DialTimeout = 500 * time.Millisecond
+	// UnansweredDialTimeout bounds connecting to a member that did not
+	// answer its last observation (Member.Unanswered): while a primary
+	// does not answer, its group is observed again and again (see Pace),
+	// and each round waits for this dial.
+	UnansweredDialTimeout = 200 * time.Millisecond
+)
 
 // MaxLinkSilence is how many seconds a replica may have heard nothing from
 // its primary (master_last_io_seconds_ago) and still count its link as up.
@@ -29,7 +49,8 @@ type Redis struct {
 	// Password is given to every member (AUTH) and, as masterauth, to the
 	// replicas for their link to the primary; empty for none.
 	Password string
-	// Timeout bounds connecting and each command; DefaultTimeout if zero.
+	// Timeout bounds each command, and connecting when it is shorter than
+	// DialTimeout; DefaultTimeout if zero.
 	Timeout time.Duration
 }
 
@@ -44,7 +65,9 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quiet{}) }
 
-func (r Redis) connect(addr string) *redis.Client {
+// connect returns a client of the member at addr whose dials take at most
+// dial (or the command timeout, if shorter).
+func (r Redis) connect(addr string, dial time.Duration) *redis.Client {
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -54,7 +77,7 @@ func (r Redis) connect(addr string) *redis.Client {
 		Password:              r.Password,
 		Protocol:              2,
 		DisableIdentity:       true, // no CLIENT SETINFO: one command fewer per call
-		DialTimeout:           timeout,
+		DialTimeout:           min(dial, timeout),
 		DialerRetries:         1,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,
@@ -65,8 +88,12 @@ func (r Redis) connect(addr string) *redis.Client {
 }
 
 // Observe reads INFO replication.
-func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
-	c := r.connect(addr)
+func (r Redis) Observe(ctx context.Context, m Member) (State, error) {
+	dial := DialTimeout
+	if m.Unanswered {
+		dial = UnansweredDialTimeout
+	}
+	c := r.connect(m.Addr, dial)
 	defer c.Close()
 	info, err := c.InfoMap(ctx, "replication").Result()
 	if err != nil {
@@ -77,7 +104,7 @@ func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
 
 // Promote sends REPLICAOF NO ONE.
 func (r Redis) Promote(ctx context.Context, addr string) error {
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
 	return c.ReplicaOf(ctx, "NO", "ONE").Err()
 }
@@ -89,7 +116,7 @@ func (r Redis) Follow(ctx context.Context, addr, primary string) error {
 	if err != nil {
 		return err
 	}
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
 	if r.Password != "" {
 		if err := c.ConfigSet(ctx, "masterauth", r.Password).Err(); err != nil {
@@ -113,7 +140,7 @@ func (r Redis) Handover(ctx context.Context, addr, to string) error {
 	if err != nil {
 		return err
 	}
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
 	return c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err()
 }

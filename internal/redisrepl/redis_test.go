@@ -194,7 +194,7 @@ func (gr *group) set(name, key, value string) {
 
 func (gr *group) offset(name string) int64 {
 	gr.t.Helper()
-	st, err := gr.c.Observe(gr.ctx, gr.server(name).addr)
+	st, err := gr.c.Observe(gr.ctx, gr.server(name).member())
 	gr.g.Expect(err).NotTo(HaveOccurred())
 	return st.Offset
 }
@@ -369,10 +369,10 @@ func TestWithPassword(t *testing.T) {
 	gr.replicated("k", "v2", "redis-2")
 
 	// Without the password a member cannot be observed, and says why.
-	_, err := Redis{}.Observe(gr.ctx, gr.server("redis-1").addr)
+	_, err := Redis{}.Observe(gr.ctx, gr.server("redis-1").member())
 	gr.g.Expect(err).To(HaveOccurred())
 	gr.g.Expect(Describe(err)).To(Equal("password required"))
-	_, err = Redis{Password: "wrong"}.Observe(gr.ctx, gr.server("redis-1").addr)
+	_, err = Redis{Password: "wrong"}.Observe(gr.ctx, gr.server("redis-1").member())
 	gr.g.Expect(Describe(err)).To(Equal("wrong password"))
 }
 

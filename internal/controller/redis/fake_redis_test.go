@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 
@@ -19,12 +20,17 @@ import (
 type fakeRedis struct {
 	mu      sync.Mutex
 	servers map[string]*fakeServer
+	// observed is every member asked for its state, in order.
+	observed []redisrepl.Member
 }
 
 type fakeServer struct {
 	state    redisrepl.State
 	password string
-	down     bool
+	// down: the server is gone (connections refused, its replicas' links
+	// down). cut: kubext's dials time out, but its replicas still hear it
+	// (kubext alone is cut off from it).
+	down, cut bool
 }
 
 func newFakeRedis() *fakeRedis { return &fakeRedis{servers: map[string]*fakeServer{}} }
@@ -41,6 +47,19 @@ func (f *fakeRedis) update(addr string, change func(*fakeServer)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(f.servers[addr])
+}
+
+// observations returns the members asked for their state at addr so far.
+func (f *fakeRedis) observations(addr string) []redisrepl.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []redisrepl.Member
+	for _, m := range f.observed {
+		if m.Addr == addr {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func (f *fakeRedis) state(addr string) redisrepl.State {
@@ -61,16 +80,20 @@ func (c fakeClient) server(addr string) (*fakeServer, error) {
 	if !ok || s.down {
 		return nil, fmt.Errorf("dial tcp %s: %w", addr, syscall.ECONNREFUSED)
 	}
+	if s.cut {
+		return nil, fmt.Errorf("dial tcp %s: %w", addr, os.ErrDeadlineExceeded)
+	}
 	if s.password != c.password {
 		return nil, errors.New("WRONGPASS invalid username-password pair or user is disabled")
 	}
 	return s, nil
 }
 
-func (c fakeClient) Observe(_ context.Context, addr string) (redisrepl.State, error) {
+func (c fakeClient) Observe(_ context.Context, m redisrepl.Member) (redisrepl.State, error) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	s, err := c.server(addr)
+	c.f.observed = append(c.f.observed, m)
+	s, err := c.server(m.Addr)
 	if err != nil {
 		return redisrepl.State{}, err
 	}
