@@ -133,11 +133,11 @@ func run(trials int, every time.Duration) (err error) {
 		var gaps []float64
 		lost := 0
 		for i := range trials {
-			gap, n, err := b.trial(ctx, k.fail)
+			gap, moved, n, err := b.trial(ctx, k.fail)
 			if err != nil {
 				return fmt.Errorf("%s, trial %d: %w", k.name, i+1, err)
 			}
-			fmt.Printf("%s, trial %d: write gap %.2f s, acknowledged writes lost %d\n", k.name, i+1, gap.Seconds(), n)
+			fmt.Printf("%s, trial %d: write gap %.2f s (%s), acknowledged writes lost %d\n", k.name, i+1, gap.Seconds(), moved, n)
 			gaps = append(gaps, gap.Seconds())
 			lost += n
 		}
@@ -165,37 +165,38 @@ func run(trials int, every time.Duration) (err error) {
 // trial waits for a healthy Redis and a writer that is being acknowledged,
 // fails the primary, waits until the Redis is healthy again (undoing the
 // failure: node revived, size restored) and writes are acknowledged, and
-// returns the longest write gap since the failure and how many writes
-// acknowledged since it are missing from the primary.
-func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod) (func() error, error)) (time.Duration, int, error) {
+// returns the longest write gap since the failure, when in that gap the
+// writer was sent to another pod (the role label moved), and how many
+// writes acknowledged since the failure are missing from the primary.
+func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod) (func() error, error)) (time.Duration, string, int, error) {
 	primary, err := b.ready(ctx, size)
 	if err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if err := b.w.waitAcked(ctx, 20); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	from := b.w.count()
 	start := time.Now()
 	undo, err := fail(ctx, primary)
 	if err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if undo != nil {
 		if err := undo(); err != nil {
-			return 0, 0, err
+			return 0, "", 0, err
 		}
 	}
 	if _, err := b.readyNot(ctx, size, ""); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if err := b.w.waitAcked(ctx, 20); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
-	gap := b.w.maxGapSince(start)
+	gap, moved := b.w.maxGapSince(start)
 	acked := b.w.acked()
 	missing, err := b.missing(ctx, acked[from:])
-	return gap, len(missing), err
+	return gap, moved, len(missing), err
 }
 
 func (b *bench) killProcess(_ context.Context, primary corev1.Pod) (func() error, error) {
@@ -398,6 +399,8 @@ func dial(ip string) *redis.Client {
 type writer struct {
 	mu     sync.Mutex
 	target string
+	// moved is when the lookup found the primary label on another pod.
+	moved  []time.Time
 	seqs   []int
 	at     []time.Time
 	cancel context.CancelFunc
@@ -412,7 +415,10 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 		err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{cachev1.LabelRedis: name, cachev1.LabelRole: cachev1.RolePrimary})
 		if err == nil && len(pods.Items) == 1 {
 			w.mu.Lock()
-			w.target = pods.Items[0].Status.PodIP
+			if ip := pods.Items[0].Status.PodIP; ip != w.target {
+				w.target = ip
+				w.moved = append(w.moved, time.Now())
+			}
 			w.mu.Unlock()
 		}
 	}
@@ -491,14 +497,23 @@ func (w *writer) waitAcked(ctx context.Context, n int) error {
 }
 
 // maxGapSince is the longest time between two acknowledged writes from
-// the last one before t on.
-func (w *writer) maxGapSince(t time.Time) time.Duration {
+// the last one before t on, and says when in that gap the writer was sent
+// to another pod: the part of the gap spent until the role label moved
+// (the operator's) and the rest (the client's: lookup, dial, write).
+func (w *writer) maxGapSince(t time.Time) (time.Duration, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(w.at, t, func(a, b time.Time) int { return a.Compare(b) })
+	byTime := func(a, b time.Time) int { return a.Compare(b) }
+	i, _ := slices.BinarySearchFunc(w.at, t, byTime)
 	var gap time.Duration
+	var from time.Time
 	for i = max(i, 1); i < len(w.at); i++ {
-		gap = max(gap, w.at[i].Sub(w.at[i-1]))
+		if d := w.at[i].Sub(w.at[i-1]); d > gap {
+			gap, from = d, w.at[i-1]
+		}
 	}
-	return gap
+	if j, _ := slices.BinarySearchFunc(w.moved, from, byTime); j < len(w.moved) && w.moved[j].Before(from.Add(gap)) {
+		return gap, fmt.Sprintf("sent to the new primary %.2f s into it", w.moved[j].Sub(from).Seconds())
+	}
+	return gap, "the writer stayed on one pod"
 }
