@@ -20,8 +20,6 @@ import (
 type fakeRedis struct {
 	mu      sync.Mutex
 	servers map[string]*fakeServer
-	// observed is every member asked for its state, in order.
-	observed []redisrepl.Member
 }
 
 type fakeServer struct {
@@ -47,19 +45,6 @@ func (f *fakeRedis) update(addr string, change func(*fakeServer)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	change(f.servers[addr])
-}
-
-// observations returns the members asked for their state at addr so far.
-func (f *fakeRedis) observations(addr string) []redisrepl.Member {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []redisrepl.Member
-	for _, m := range f.observed {
-		if m.Addr == addr {
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 func (f *fakeRedis) state(addr string) redisrepl.State {
@@ -92,7 +77,6 @@ func (c fakeClient) server(addr string) (*fakeServer, error) {
 func (c fakeClient) Observe(_ context.Context, m redisrepl.Member) (redisrepl.State, error) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	c.f.observed = append(c.f.observed, m)
 	s, err := c.server(m.Addr)
 	if err != nil {
 		return redisrepl.State{}, err
