@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -151,4 +152,53 @@ func unansweringAddr(t *testing.T) string {
 	}
 	t.Skip("the kernel accepts connections beyond a full backlog here: no address to time out on")
 	return ""
+}
+
+// timeline is a Client that records when each observation starts and
+// ends; a member that did not answer last time takes 50 ms to fail again.
+type timeline struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (c *timeline) log(e string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, e)
+}
+
+func (c *timeline) Observe(_ context.Context, m Member) (State, error) {
+	c.log("ask " + m.Name)
+	if m.Unanswered {
+		time.Sleep(50 * time.Millisecond)
+		c.log("no answer from " + m.Name)
+		return State{}, errRefused
+	}
+	c.log(m.Name + " answers")
+	return State{Role: RoleReplica, PrimaryAddr: addr(0)}, nil
+}
+
+func (c *timeline) Promote(context.Context, string) error          { return nil }
+func (c *timeline) Follow(context.Context, string, string) error   { return nil }
+func (c *timeline) Handover(context.Context, string, string) error { return nil }
+
+// The replicas of a primary that did not answer last time are asked once
+// its dial has failed again: their word on their link is the freshest the
+// round can have, and comes after the primary was found unreachable.
+func TestUnansweredMembersAreAskedFirst(t *testing.T) {
+	g := NewWithT(t)
+	c := &timeline{}
+	m0 := member(0)
+	m0.Unanswered = true
+	obs := Observe(context.Background(), c, []Member{member(1), m0, member(2), {Name: "m3"}})
+	g.Expect(c.events[:2]).To(Equal([]string{"ask m0", "no answer from m0"}))
+	g.Expect(c.events[2:]).To(ConsistOf("ask m1", "m1 answers", "ask m2", "m2 answers"))
+	g.Expect(obs[1].Err).To(MatchError(errRefused))
+	g.Expect(obs[0].State.PrimaryAddr).To(Equal(addr(0)))
+	g.Expect(obs[3].Reachable()).To(BeFalse(), "no address, not asked")
+
+	// Without a member to hurry, all are asked at once.
+	c = &timeline{}
+	Observe(context.Background(), c, []Member{member(1), member(2)})
+	g.Expect(c.events).To(HaveLen(4))
 }

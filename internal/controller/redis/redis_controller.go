@@ -126,7 +126,7 @@ const (
 	// primary does not answer (redisrepl.Pace.Urgent): the round that
 	// finds its replicas' links down promotes one. A round then takes
 	// about redisrepl.UnansweredDialTimeout.
-	urgentPoll = 100 * time.Millisecond
+	urgentPoll = 50 * time.Millisecond
 	// resync bounds the back-off of a Redis that has no primary.
 	resync = 30 * time.Second
 	// nameTakenRetry is how often a Redis whose object names are taken by

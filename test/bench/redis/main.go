@@ -394,8 +394,8 @@ func dial(ip string) *redis.Client {
 }
 
 // writer writes seq-N = N at a fixed rate to the pod labelled primary,
-// which it looks up every 100 ms and after every failed write, as a client
-// of the -primary Service would be sent there.
+// which it looks up every 100 ms and after every failed write (one lookup
+// at a time), as a client of the -primary Service would be sent there.
 type writer struct {
 	mu     sync.Mutex
 	target string
@@ -422,10 +422,22 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 			w.mu.Unlock()
 		}
 	}
+	// One lookup at a time: every 100 ms, and at once after a failed
+	// write. (Starting one per failed write, every 10 ms, loaded the API
+	// server the operator writes the label through, and a late answer
+	// could send the writer back to the old primary.)
+	kick := make(chan struct{}, 1)
 	go func() {
-		for ctx.Err() == nil {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			lookup()
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-kick:
+			}
 		}
 	}()
 	go func() {
@@ -459,7 +471,10 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 			if err := rc.Set(ctx, key(n), n, 0).Err(); err != nil {
 				rc.Close()
 				rc = nil
-				go lookup()
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			w.mu.Lock()
