@@ -120,8 +120,9 @@ const (
 	// are observed again: one INFO per member.
 	observeEvery = time.Second
 	// handoverPoll is how often the members are observed during a
-	// planned handover (FAILOVER), whose end moves the primary label.
-	handoverPoll = 100 * time.Millisecond
+	// planned handover (FAILOVER), whose end moves the primary label:
+	// the clients' writes are held or refused meanwhile.
+	handoverPoll = 50 * time.Millisecond
 	// urgentPoll is how soon the members are observed again while the
 	// primary does not answer (redisrepl.Pace.Urgent): the round that
 	// finds its replicas' links down promotes one. A round then takes
