@@ -34,6 +34,10 @@ type Member struct {
 	// Leaving member it is not made primary while another member can be,
 	// and a primary that is Draining hands over, but it stays a member.
 	Draining string
+	// Unanswered says the member did not answer its last observation (see
+	// Pace): it is dialled with UnansweredDialTimeout, so that a member that
+	// is gone costs each observation round little.
+	Unanswered bool
 }
 
 // departing reports whether the member is going away: removed or drained.

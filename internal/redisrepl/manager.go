@@ -10,8 +10,10 @@ import (
 // Client talks to the members of one group. Redis is the implementation
 // that talks to real Redis servers.
 type Client interface {
-	// Observe asks the member at addr for its replication state.
-	Observe(ctx context.Context, addr string) (State, error)
+	// Observe asks member m, at m.Addr, for its replication state. A member
+	// that did not answer its last observation (m.Unanswered) may be given
+	// less time to answer the dial.
+	Observe(ctx context.Context, m Member) (State, error)
 	// Promote makes the member at addr a primary.
 	Promote(ctx context.Context, addr string) error
 	// Follow makes the member at addr replicate from primary (host:port).
@@ -72,17 +74,27 @@ func Reconcile(ctx context.Context, c Client, members []Member, preferred string
 	return res
 }
 
-// Observe asks every member with an address for its state, all at once.
+// Observe asks every member with an address for its state: first, all at
+// once, those that did not answer their last observation (Unanswered),
+// then, all at once, the others. While a primary does not answer, its
+// replicas are thus asked after its dial has failed, not before: their
+// word that their link to it is down is the freshest the round can have
+// (it comes as soon as a whole second of silence has passed, see
+// replicationState), and it is evidence gathered after the primary was
+// found unreachable, never before.
 func Observe(ctx context.Context, c Client, members []Member) []Observation {
 	obs := make([]Observation, len(members))
-	var wg sync.WaitGroup
 	for i, m := range members {
 		obs[i].Member = m
-		if m.Addr == "" {
-			continue
-		}
-		wg.Go(func() { obs[i].State, obs[i].Err = c.Observe(ctx, m.Addr) })
 	}
-	wg.Wait()
+	for _, unanswered := range []bool{true, false} {
+		var wg sync.WaitGroup
+		for i, m := range members {
+			if m.Addr != "" && m.Unanswered == unanswered {
+				wg.Go(func() { obs[i].State, obs[i].Err = c.Observe(ctx, m) })
+			}
+		}
+		wg.Wait()
+	}
 	return obs
 }

@@ -1,6 +1,7 @@
 package redisrepl
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -14,9 +15,29 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultTimeout bounds each connection and command when Redis.Timeout is
-// not set: short, so that an unreachable member costs a reconcile little.
+// DefaultTimeout bounds each command when Redis.Timeout is not set:
+// short, so that a member that stops answering costs a reconcile little.
 const DefaultTimeout = time.Second
+
+// Dial timeouts. A dial is answered by the member's kernel (SYN-ACK), not
+// by Redis, so a busy Redis is not mistaken for a gone one: on a pod
+// network the answer takes a round trip, well under a millisecond, and a
+// dial that gets no answer is retried by TCP only after a second (the
+// initial retransmission timeout). Any dial timeout between a few round
+// trips and that second tells the same members apart; a short one keeps a
+// member that is gone (its node lost, its address cut off) from holding
+// every observation round of its group for a second.
+const (
+	// DialTimeout bounds connecting to a member that answered last time
+	// (or to any member, for calls other than Observe), when it is shorter
+	// than Redis.Timeout.
+	DialTimeout = 500 * time.Millisecond
+	// UnansweredDialTimeout bounds connecting to a member that did not
+	// answer its last observation (Member.Unanswered): while a primary
+	// does not answer, its group is observed again and again (see Pace),
+	// and each round waits for this dial.
+	UnansweredDialTimeout = 200 * time.Millisecond
+)
 
 // MaxLinkSilence is how many seconds a replica may have heard nothing from
 // its primary (master_last_io_seconds_ago) and still count its link as up.
@@ -29,7 +50,8 @@ type Redis struct {
 	// Password is given to every member (AUTH) and, as masterauth, to the
 	// replicas for their link to the primary; empty for none.
 	Password string
-	// Timeout bounds connecting and each command; DefaultTimeout if zero.
+	// Timeout bounds each command, and connecting when it is shorter than
+	// DialTimeout; DefaultTimeout if zero.
 	Timeout time.Duration
 }
 
@@ -44,7 +66,9 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func init() { redis.SetLogger(quiet{}) }
 
-func (r Redis) connect(addr string) *redis.Client {
+// connect returns a client of the member at addr whose dials take at most
+// dial (or the command timeout, if shorter).
+func (r Redis) connect(addr string, dial time.Duration) *redis.Client {
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
@@ -54,7 +78,7 @@ func (r Redis) connect(addr string) *redis.Client {
 		Password:              r.Password,
 		Protocol:              2,
 		DisableIdentity:       true, // no CLIENT SETINFO: one command fewer per call
-		DialTimeout:           timeout,
+		DialTimeout:           min(dial, timeout),
 		DialerRetries:         1,
 		ReadTimeout:           timeout,
 		WriteTimeout:          timeout,
@@ -65,8 +89,12 @@ func (r Redis) connect(addr string) *redis.Client {
 }
 
 // Observe reads INFO replication.
-func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
-	c := r.connect(addr)
+func (r Redis) Observe(ctx context.Context, m Member) (State, error) {
+	dial := DialTimeout
+	if m.Unanswered {
+		dial = UnansweredDialTimeout
+	}
+	c := r.connect(m.Addr, dial)
 	defer c.Close()
 	info, err := c.InfoMap(ctx, "replication").Result()
 	if err != nil {
@@ -77,7 +105,7 @@ func (r Redis) Observe(ctx context.Context, addr string) (State, error) {
 
 // Promote sends REPLICAOF NO ONE.
 func (r Redis) Promote(ctx context.Context, addr string) error {
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
 	return c.ReplicaOf(ctx, "NO", "ONE").Err()
 }
@@ -89,7 +117,7 @@ func (r Redis) Follow(ctx context.Context, addr, primary string) error {
 	if err != nil {
 		return err
 	}
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
 	if r.Password != "" {
 		if err := c.ConfigSet(ctx, "masterauth", r.Password).Err(); err != nil {
@@ -107,15 +135,93 @@ const HandoverTimeout = 5 * time.Second
 // Handover sends FAILOVER TO host port TIMEOUT: the primary holds its
 // clients' writes until the replica has received all of them, then the
 // replica becomes the primary and the old primary its replica. It returns
-// once the handover has started.
+// once the handover has started, after having hurried it (see hurry).
 func (r Redis) Handover(ctx context.Context, addr, to string) error {
 	host, port, err := net.SplitHostPort(to)
 	if err != nil {
 		return err
 	}
-	c := r.connect(addr)
+	c := r.connect(addr, DialTimeout)
 	defer c.Close()
-	return c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err()
+	if err := c.Do(ctx, "FAILOVER", "TO", host, port, "TIMEOUT", HandoverTimeout.Milliseconds()).Err(); err != nil {
+		return err
+	}
+	r.hurry(ctx, c, to)
+	return nil
+}
+
+// Hurrying a handover: at most hurryTimes nudges, hurryEvery apart.
+const (
+	hurryTimes = 10
+	hurryEvery = 20 * time.Millisecond
+)
+
+// hurry shortens the wait of a FAILOVER for its target. The primary
+// (client p) goes on once the target has acknowledged every byte of the
+// stream (REPLCONF ACK); Redis (7.0) sends no request for an ACK while it
+// holds its clients' writes, so it waits for the replica's own ACK, sent
+// once a second: the write pause lasted up to a second. hurry asks the
+// target for its ACK now (REPLCONF GETACK, which any client may send a
+// replica) until the primary is no longer waiting for it, for at most
+// hurryTimes*hurryEvery. It changes nothing of what the primary waits for:
+// the offset it compares is the target's own. Failures are left to the
+// FAILOVER, which goes on without them.
+func (r Redis) hurry(ctx context.Context, p *redis.Client, to string) {
+	for range hurryTimes {
+		if err := r.getAck(to); err != nil {
+			return
+		}
+		time.Sleep(hurryEvery)
+		info, err := p.InfoMap(ctx, "replication").Result()
+		if err != nil || info["Replication"]["master_failover_state"] != "waiting-for-sync" {
+			return
+		}
+	}
+}
+
+// getAck sends REPLCONF GETACK to the replica at addr, which then sends
+// its primary an ACK at once. The command has no reply, so it is followed
+// by a PING whose reply says it has been run.
+func (r Redis) getAck(addr string) error {
+	conn, err := net.DialTimeout("tcp", addr, DialTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(DefaultTimeout)); err != nil {
+		return err
+	}
+	var cmds []byte
+	replies := 1 // PING's
+	if r.Password != "" {
+		cmds = appendCommand(cmds, "AUTH", r.Password)
+		replies++
+	}
+	cmds = appendCommand(cmds, "REPLCONF", "GETACK", "*")
+	cmds = appendCommand(cmds, "PING")
+	if _, err := conn.Write(cmds); err != nil {
+		return err
+	}
+	rd := bufio.NewReader(conn)
+	for range replies {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(line, "+") {
+			return fmt.Errorf("REPLCONF GETACK: %s", strings.TrimSpace(line))
+		}
+	}
+	return nil
+}
+
+// appendCommand appends a command in the Redis protocol (RESP) to b.
+func appendCommand(b []byte, args ...string) []byte {
+	b = fmt.Appendf(b, "*%d\r\n", len(args))
+	for _, a := range args {
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return b
 }
 
 // replicationState reads the replication state from the fields of INFO

@@ -194,7 +194,7 @@ func (gr *group) set(name, key, value string) {
 
 func (gr *group) offset(name string) int64 {
 	gr.t.Helper()
-	st, err := gr.c.Observe(gr.ctx, gr.server(name).addr)
+	st, err := gr.c.Observe(gr.ctx, gr.server(name).member())
 	gr.g.Expect(err).NotTo(HaveOccurred())
 	return st.Offset
 }
@@ -369,10 +369,10 @@ func TestWithPassword(t *testing.T) {
 	gr.replicated("k", "v2", "redis-2")
 
 	// Without the password a member cannot be observed, and says why.
-	_, err := Redis{}.Observe(gr.ctx, gr.server("redis-1").addr)
+	_, err := Redis{}.Observe(gr.ctx, gr.server("redis-1").member())
 	gr.g.Expect(err).To(HaveOccurred())
 	gr.g.Expect(Describe(err)).To(Equal("password required"))
-	_, err = Redis{Password: "wrong"}.Observe(gr.ctx, gr.server("redis-1").addr)
+	_, err = Redis{Password: "wrong"}.Observe(gr.ctx, gr.server("redis-1").member())
 	gr.g.Expect(Describe(err)).To(Equal("wrong password"))
 }
 
@@ -401,4 +401,50 @@ func TestNoMemberReachable(t *testing.T) {
 	g.Expect(res.Plan.Change).To(Equal(Lost))
 	g.Expect(res.Plan.Why).To(Equal("primary redis-0 is gone and no member can be promoted (redis-0: connection refused; redis-1: no address)"))
 	g.Expect(res.Done).To(BeEmpty())
+}
+
+// A handover holds the primary's writes only as long as its target takes
+// to acknowledge them, not until the target's next once-a-second ACK:
+// Handover asks the target for it (REPLCONF GETACK, after AUTH).
+func TestHandoverIsHurried(t *testing.T) {
+	gr := newGroup(t, 2, "s3cret pass")
+	gr.g.Expect(gr.converge(gr.members())).To(Equal("redis-0"))
+	// As the operator starts its members (--masterauth): a primary that
+	// hands over follows its target, which wants the password.
+	for _, s := range gr.servers {
+		gr.g.Expect(s.client().ConfigSet(gr.ctx, "masterauth", s.password).Err()).To(Succeed())
+	}
+	for i, to := range []string{"redis-1", "redis-0", "redis-1"} {
+		from := gr.primary
+		// Writes keep coming, so that the target has something to catch up.
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w := gr.server(from).client()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if w.Set(gr.ctx, fmt.Sprintf("k-%d-%d", i, n), n, 0).Err() != nil {
+					return // READONLY once it has handed over
+				}
+			}
+		}()
+		time.Sleep(50 * time.Millisecond)
+		start := time.Now()
+		gr.g.Expect(gr.c.Handover(gr.ctx, gr.server(from).addr, gr.server(to).addr)).To(Succeed())
+		gr.g.Eventually(func() Role {
+			st, err := gr.c.Observe(gr.ctx, gr.server(to).member())
+			gr.g.Expect(err).NotTo(HaveOccurred())
+			return st.Role
+		}, waitFor, 5*time.Millisecond).Should(Equal(RolePrimary))
+		took := time.Since(start)
+		close(stop)
+		<-done
+		gr.g.Expect(took).To(BeNumerically("<", 300*time.Millisecond), "handover %d from %s to %s", i+1, from, to)
+		gr.g.Expect(gr.converge(gr.members())).To(Equal(to))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"syscall"
 
@@ -24,7 +25,10 @@ type fakeRedis struct {
 type fakeServer struct {
 	state    redisrepl.State
 	password string
-	down     bool
+	// down: the server is gone (connections refused, its replicas' links
+	// down). cut: kubext's dials time out, but its replicas still hear it
+	// (kubext alone is cut off from it).
+	down, cut bool
 }
 
 func newFakeRedis() *fakeRedis { return &fakeRedis{servers: map[string]*fakeServer{}} }
@@ -61,16 +65,19 @@ func (c fakeClient) server(addr string) (*fakeServer, error) {
 	if !ok || s.down {
 		return nil, fmt.Errorf("dial tcp %s: %w", addr, syscall.ECONNREFUSED)
 	}
+	if s.cut {
+		return nil, fmt.Errorf("dial tcp %s: %w", addr, os.ErrDeadlineExceeded)
+	}
 	if s.password != c.password {
 		return nil, errors.New("WRONGPASS invalid username-password pair or user is disabled")
 	}
 	return s, nil
 }
 
-func (c fakeClient) Observe(_ context.Context, addr string) (redisrepl.State, error) {
+func (c fakeClient) Observe(_ context.Context, m redisrepl.Member) (redisrepl.State, error) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
-	s, err := c.server(addr)
+	s, err := c.server(m.Addr)
 	if err != nil {
 		return redisrepl.State{}, err
 	}

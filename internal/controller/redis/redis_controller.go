@@ -12,11 +12,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -46,6 +48,11 @@ type Reconciler struct {
 	// Connect returns the client that talks to the members of a Redis
 	// protected by password (empty for none): redisrepl.Redis.
 	Connect func(password string) redisrepl.Client
+
+	// paces remembers, by Redis, which members did not answer their last
+	// observation (a redisrepl.Pace). It is lost when the manager
+	// restarts, which costs one round with the usual dial timeouts.
+	paces sync.Map
 }
 
 // +kubebuilder:rbac:groups=cache.kubext.io,resources=redis,verbs=get;list;watch
@@ -59,10 +66,14 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
 	rd := &cachev1.Redis{}
 	if err := r.Get(ctx, req.NamespacedName, rd); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.paces.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !rd.DeletionTimestamp.IsZero() {
 		// Its objects go with it through their owner references.
+		r.paces.Delete(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 
@@ -87,14 +98,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	handingOver, err := r.reconcileReplication(ctx, rd, password)
+	poll, err := r.reconcileReplication(ctx, rd, password)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if handingOver {
-		// Clients' writes are held or refused until the role label has
-		// moved to the new primary: see the swap as soon as it is done.
-		return ctrl.Result{RequeueAfter: handoverPoll}, nil
+	if poll > 0 {
+		return ctrl.Result{RequeueAfter: poll}, nil
 	}
 	if rd.Status.Primary != "" || meta.IsStatusConditionTrue(rd.Status.Conditions, cachev1.ConditionReady) {
 		// Nothing in the API tells of a change inside Redis (a primary's
@@ -111,8 +120,14 @@ const (
 	// are observed again: one INFO per member.
 	observeEvery = time.Second
 	// handoverPoll is how often the members are observed during a
-	// planned handover (FAILOVER), whose end moves the primary label.
-	handoverPoll = 100 * time.Millisecond
+	// planned handover (FAILOVER), whose end moves the primary label:
+	// the clients' writes are held or refused meanwhile.
+	handoverPoll = 50 * time.Millisecond
+	// urgentPoll is how soon the members are observed again while the
+	// primary does not answer (redisrepl.Pace.Urgent): the round that
+	// finds its replicas' links down promotes one. A round then takes
+	// about redisrepl.UnansweredDialTimeout.
+	urgentPoll = 50 * time.Millisecond
 	// resync bounds the back-off of a Redis that has no primary.
 	resync = 30 * time.Second
 	// nameTakenRetry is how often a Redis whose object names are taken by

@@ -1,8 +1,10 @@
 package redis
 
 import (
+	"context"
 	"fmt"
 	"regexp"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -433,4 +435,82 @@ func TestCordonedPrimaryHandsOver(t *testing.T) {
 		f.G.Expect(k8s.Get(f.Ctx, key, got)).To(Succeed())
 		return got.Status.Primary
 	}, 2*time.Second, 200*time.Millisecond).Should(Equal(key.Name + "-2"))
+}
+
+// observing wraps a client of the fake servers and records the members it
+// is asked to observe.
+type observing struct {
+	redisrepl.Client
+	record func(redisrepl.Member)
+}
+
+func (o observing) Observe(ctx context.Context, m redisrepl.Member) (redisrepl.State, error) {
+	o.record(m)
+	return o.Client.Observe(ctx, m)
+}
+
+// A primary that kubext cannot reach is observed again at once rather than
+// a second later, and dialled briefly, until it answers: each round may be
+// the one that finds its replicas' links down. While its replicas still
+// hear it, nothing is promoted.
+func TestUnansweredPrimaryIsObservedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	key := f.redis("urgent", size(2))
+	addrs := f.members(key, 2, "")
+	rd := f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
+	f.G.Expect(rd.Status.Primary).To(Equal(key.Name + "-0"))
+	f.G.Eventually(func() string { return f.podRole(key, 0) }, testenv.WaitFor).Should(Equal(cachev1.RolePrimary))
+
+	// A reconciler of its own, called directly, whose observations of the
+	// primary are recorded.
+	var mu sync.Mutex
+	var asked []redisrepl.Member
+	r := newReconciler(mgr, mgr.GetClient(), "redis-test")
+	r.Connect = func(password string) redisrepl.Client {
+		return observing{servers.connect(password), func(m redisrepl.Member) {
+			if m.Addr == addrs[0] {
+				mu.Lock()
+				defer mu.Unlock()
+				asked = append(asked, m)
+			}
+		}}
+	}
+	// round reconciles once, after the cache has the status of the last
+	// round, and returns when it asks to be called again and whether it
+	// dialled the primary as one that did not answer last time.
+	round := func() (time.Duration, bool) {
+		t.Helper()
+		f.WaitForCache(mgr.GetClient(), f.Get(key, &cachev1.Redis{}))
+		res, err := r.Reconcile(f.Ctx, reconcile.Request{NamespacedName: key})
+		f.G.Expect(err).NotTo(HaveOccurred())
+		mu.Lock()
+		defer mu.Unlock()
+		f.G.Expect(asked).NotTo(BeEmpty())
+		return res.RequeueAfter, asked[len(asked)-1].Unanswered
+	}
+	f.G.Expect(round()).To(Equal(observeEvery))
+
+	servers.update(addrs[0], func(s *fakeServer) { s.cut = true })
+	after, unanswered := round()
+	f.G.Expect(after).To(Equal(urgentPoll), "the primary did not answer")
+	f.G.Expect(unanswered).To(BeFalse(), "it answered the round before: the usual dial")
+	for range 3 {
+		after, unanswered = round()
+		f.G.Expect(after).To(Equal(urgentPoll))
+		f.G.Expect(unanswered).To(BeTrue(), "it did not answer last time: a brief dial")
+	}
+	// Its replicas still hear it: it stays primary, nobody is promoted.
+	rd = f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
+	f.G.Expect(rd.Status.Primary).To(Equal(key.Name + "-0"))
+	f.G.Expect(servers.state(addrs[1]).Role).To(Equal(redisrepl.RoleReplica))
+
+	// It answers again: the usual pace, and the usual dial from the next
+	// round on.
+	servers.update(addrs[0], func(s *fakeServer) { s.cut = false })
+	after, unanswered = round()
+	f.G.Expect(after).To(Equal(observeEvery))
+	f.G.Expect(unanswered).To(BeTrue())
+	_, unanswered = round()
+	f.G.Expect(unanswered).To(BeFalse())
+	f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
 }

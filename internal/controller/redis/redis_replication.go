@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,25 +24,49 @@ import (
 // reconcileReplication observes the members' Redis, has redisrepl make one
 // primary and the others replicas of it, labels the pods with their role
 // and reports it all in the status. Members it cannot reach are reported,
-// not waited for. It reports whether the primary is handing over.
-func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) (handingOver bool, err error) {
+// not waited for. It returns how soon to observe again when that must be
+// sooner than usual (zero otherwise): during a handover, and while the
+// primary does not answer.
+func (r *Reconciler) reconcileReplication(ctx context.Context, rd *cachev1.Redis, password string) (time.Duration, error) {
 	pods := &corev1.PodList{}
 	if err := r.List(ctx, pods, client.InNamespace(rd.Namespace), client.MatchingLabels(selector(rd))); err != nil {
-		return false, err
+		return 0, err
 	}
 	members, podByName := membersOf(rd, pods.Items)
 	if err := r.markDraining(ctx, members, podByName); err != nil {
-		return false, err
+		return 0, err
 	}
+	key := client.ObjectKeyFromObject(rd)
+	pace := r.pace(key)
 	previous := rd.Status.Primary
-	res := redisrepl.Reconcile(ctx, r.Connect(password), members, previous)
+	res := redisrepl.Reconcile(ctx, r.Connect(password), pace.Mark(members), previous)
+	now := time.Now()
+	pace = pace.After(res.Observations, now)
+	r.paces.Store(key, pace)
 	r.recordChanges(rd, res)
 	states := memberStates(res)
 	if err := r.labelPods(ctx, podByName, states); err != nil {
-		return false, err
+		return 0, err
 	}
 	observeReplication(rd, res, states, previous)
-	return res.Plan.Change == redisrepl.HandingOver, res.Err
+	switch {
+	case res.Plan.Change == redisrepl.HandingOver:
+		// Clients' writes are held or refused until the role label has
+		// moved to the new primary: see the swap as soon as it is done.
+		return handoverPoll, res.Err
+	case pace.Urgent(previous, now):
+		return urgentPoll, res.Err
+	}
+	return 0, res.Err
+}
+
+// pace is what the last rounds of the Redis at key taught (the zero Pace
+// for one not observed yet).
+func (r *Reconciler) pace(key client.ObjectKey) redisrepl.Pace {
+	if p, ok := r.paces.Load(key); ok {
+		return p.(redisrepl.Pace)
+	}
+	return nil
 }
 
 // membersOf lists the members: pods 0 to size-1, which may not exist yet,
@@ -139,7 +164,9 @@ func memberStates(res redisrepl.Result) map[string]cachev1.MemberState {
 // labelPods sets the role label on each member pod: primary on the primary,
 // replica on the replicas in service, none on the others, so that the
 // primary and replicas Services send clients only where they are served.
-// A pod losing the primary label loses it before another gets it.
+// A pod losing the primary label loses it before another gets it, and the
+// new primary gets it before the other pods' labels change: clients wait
+// for the primary label, not for those.
 func (r *Reconciler) labelPods(ctx context.Context, podByName map[string]*corev1.Pod, states map[string]cachev1.MemberState) error {
 	type change struct {
 		pod  *corev1.Pod
@@ -158,9 +185,16 @@ func (r *Reconciler) labelPods(ctx context.Context, podByName map[string]*corev1
 			changes = append(changes, change{p, role})
 		}
 	}
-	slices.SortStableFunc(changes, func(a, b change) int {
-		return cmp.Compare(b2i(a.role == cachev1.RolePrimary), b2i(b.role == cachev1.RolePrimary))
-	})
+	order := func(c change) int {
+		switch {
+		case c.pod.Labels[cachev1.LabelRole] == cachev1.RolePrimary:
+			return 0
+		case c.role == cachev1.RolePrimary:
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(changes, func(a, b change) int { return cmp.Compare(order(a), order(b)) })
 	for _, c := range changes {
 		patched := c.pod.DeepCopy()
 		if c.role == "" {
@@ -259,13 +293,6 @@ func observeReplication(rd *cachev1.Redis, res redisrepl.Result, states map[stri
 	if res.Plan.Change == redisrepl.Promoted && primary != "" {
 		degraded(metav1.ConditionTrue, cachev1.ReasonPromoting, "%s", capitalise(res.Plan.Why))
 	}
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func capitalise(s string) string {

@@ -133,11 +133,11 @@ func run(trials int, every time.Duration) (err error) {
 		var gaps []float64
 		lost := 0
 		for i := range trials {
-			gap, n, err := b.trial(ctx, k.fail)
+			gap, moved, n, err := b.trial(ctx, k.fail)
 			if err != nil {
 				return fmt.Errorf("%s, trial %d: %w", k.name, i+1, err)
 			}
-			fmt.Printf("%s, trial %d: write gap %.2f s, acknowledged writes lost %d\n", k.name, i+1, gap.Seconds(), n)
+			fmt.Printf("%s, trial %d: write gap %.2f s (%s), acknowledged writes lost %d\n", k.name, i+1, gap.Seconds(), moved, n)
 			gaps = append(gaps, gap.Seconds())
 			lost += n
 		}
@@ -165,37 +165,38 @@ func run(trials int, every time.Duration) (err error) {
 // trial waits for a healthy Redis and a writer that is being acknowledged,
 // fails the primary, waits until the Redis is healthy again (undoing the
 // failure: node revived, size restored) and writes are acknowledged, and
-// returns the longest write gap since the failure and how many writes
-// acknowledged since it are missing from the primary.
-func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod) (func() error, error)) (time.Duration, int, error) {
+// returns the longest write gap since the failure, when in that gap the
+// writer was sent to another pod (the role label moved), and how many
+// writes acknowledged since the failure are missing from the primary.
+func (b *bench) trial(ctx context.Context, fail func(context.Context, corev1.Pod) (func() error, error)) (time.Duration, string, int, error) {
 	primary, err := b.ready(ctx, size)
 	if err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if err := b.w.waitAcked(ctx, 20); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	from := b.w.count()
 	start := time.Now()
 	undo, err := fail(ctx, primary)
 	if err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if undo != nil {
 		if err := undo(); err != nil {
-			return 0, 0, err
+			return 0, "", 0, err
 		}
 	}
 	if _, err := b.readyNot(ctx, size, ""); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
 	if err := b.w.waitAcked(ctx, 20); err != nil {
-		return 0, 0, err
+		return 0, "", 0, err
 	}
-	gap := b.w.maxGapSince(start)
+	gap, moved := b.w.maxGapSince(start)
 	acked := b.w.acked()
 	missing, err := b.missing(ctx, acked[from:])
-	return gap, len(missing), err
+	return gap, moved, len(missing), err
 }
 
 func (b *bench) killProcess(_ context.Context, primary corev1.Pod) (func() error, error) {
@@ -386,18 +387,28 @@ func (b *bench) missing(ctx context.Context, seqs []int) ([]int, error) {
 
 func key(n int) string { return "seq-" + strconv.Itoa(n) }
 
+// dial returns a client of the member at ip that tries each connection
+// once: the writer looks the primary up again after a failure instead (as
+// a client of the -primary Service would reach whatever it selects on its
+// next dial). go-redis's default of 5 dial attempts 100 ms apart kept the
+// writer on a gone primary's address for 0.4 s and more after the label
+// had moved.
 func dial(ip string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort(ip, "6379"), Protocol: 2, DisableIdentity: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
-		MaxRetries: -1, PoolSize: 1})
+		DialerRetries: 1, MaxRetries: -1, PoolSize: 1})
 }
 
 // writer writes seq-N = N at a fixed rate to the pod labelled primary,
-// which it looks up every 100 ms and after every failed write, as a client
-// of the -primary Service would be sent there.
+// which it looks up every 100 ms and after every failed write (one lookup
+// at a time), as a client of the -primary Service would be sent there.
 type writer struct {
 	mu     sync.Mutex
 	target string
+	// moved is when the lookup found the primary label on another pod.
+	moved []time.Time
+	// failed are the writes not acknowledged.
+	failed []failure
 	seqs   []int
 	at     []time.Time
 	cancel context.CancelFunc
@@ -412,14 +423,29 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 		err := c.List(ctx, pods, client.InNamespace(namespace), client.MatchingLabels{cachev1.LabelRedis: name, cachev1.LabelRole: cachev1.RolePrimary})
 		if err == nil && len(pods.Items) == 1 {
 			w.mu.Lock()
-			w.target = pods.Items[0].Status.PodIP
+			if ip := pods.Items[0].Status.PodIP; ip != w.target {
+				w.target = ip
+				w.moved = append(w.moved, time.Now())
+			}
 			w.mu.Unlock()
 		}
 	}
+	// One lookup at a time: every 100 ms, and at once after a failed
+	// write. (Starting one per failed write, every 10 ms, loaded the API
+	// server the operator writes the label through, and a late answer
+	// could send the writer back to the old primary.)
+	kick := make(chan struct{}, 1)
 	go func() {
-		for ctx.Err() == nil {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
 			lookup()
-			time.Sleep(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-kick:
+			}
 		}
 	}()
 	go func() {
@@ -451,9 +477,15 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 				rc, addr = dial(target), target
 			}
 			if err := rc.Set(ctx, key(n), n, 0).Err(); err != nil {
+				w.mu.Lock()
+				w.failed = append(w.failed, failure{time.Now(), target, err.Error()})
+				w.mu.Unlock()
 				rc.Close()
 				rc = nil
-				go lookup()
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			w.mu.Lock()
@@ -463,6 +495,13 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 		}
 	}()
 	return w
+}
+
+// failure is a write that was not acknowledged.
+type failure struct {
+	at     time.Time
+	target string
+	err    string
 }
 
 func (w *writer) stop() {
@@ -491,14 +530,34 @@ func (w *writer) waitAcked(ctx context.Context, n int) error {
 }
 
 // maxGapSince is the longest time between two acknowledged writes from
-// the last one before t on.
-func (w *writer) maxGapSince(t time.Time) time.Duration {
+// the last one before t on, and says when in that gap the writer was sent
+// to another pod: the part of the gap spent until the role label moved
+// (the operator's) and the rest (the client's: lookup, dial, write).
+func (w *writer) maxGapSince(t time.Time) (time.Duration, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(w.at, t, func(a, b time.Time) int { return a.Compare(b) })
+	byTime := func(a, b time.Time) int { return a.Compare(b) }
+	i, _ := slices.BinarySearchFunc(w.at, t, byTime)
 	var gap time.Duration
+	var from time.Time
 	for i = max(i, 1); i < len(w.at); i++ {
-		gap = max(gap, w.at[i].Sub(w.at[i-1]))
+		if d := w.at[i].Sub(w.at[i-1]); d > gap {
+			gap, from = d, w.at[i-1]
+		}
 	}
-	return gap
+	how := "the writer stayed on one pod"
+	if j, _ := slices.BinarySearchFunc(w.moved, from, byTime); j < len(w.moved) && w.moved[j].Before(from.Add(gap)) {
+		how = fmt.Sprintf("sent to the new primary %.2f s into it", w.moved[j].Sub(from).Seconds())
+		// The writes that failed after the move, if any: the client's part.
+		var after []string
+		for _, f := range w.failed {
+			if f.at.After(w.moved[j]) && f.at.Before(from.Add(gap)) {
+				after = append(after, fmt.Sprintf("%.2f s %s: %s", f.at.Sub(from).Seconds(), f.target, f.err))
+			}
+		}
+		if len(after) > 0 {
+			how += "; then failed: " + strings.Join(after[:min(len(after), 3)], ", ")
+		}
+	}
+	return gap, how
 }
