@@ -122,8 +122,10 @@ var stallFor, stallWatch, restartAfter time.Duration
 var failover, extraAgentArgs string
 
 type bench struct {
-	lab    *lab.Lab
-	c      client.Client
+	lab *lab.Lab
+	c   client.Client
+	// wc watches the IP through each aws trial (ipTimeline).
+	wc     client.WithWatch
 	agents []string
 	// manager runs with managerArgs; it exits when it loses its leader
 	// Lease (a stall), and is started again as the kubelet would.
@@ -163,6 +165,15 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	b := &bench{lab: l}
 	if b.c, err = staticip.NewClient(l); err != nil {
 		return err
+	}
+	if awsMode {
+		cfg, err := l.RESTConfig()
+		if err != nil {
+			return err
+		}
+		if b.wc, err = client.NewWithWatch(cfg, client.Options{Scheme: b.c.Scheme()}); err != nil {
+			return err
+		}
 	}
 	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
 	managerArgs := []string{"--controllers=ip,ippool"}
@@ -331,6 +342,71 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	return nil
 }
 
+// ipTimeline is when the bench's watch saw the IP's status change during a
+// trial: status.node, status.attachedNode and status.aws.node.
+type ipTimeline struct {
+	mu     sync.Mutex
+	events []ipEvent
+	stop   func()
+}
+
+type ipEvent struct {
+	at                      time.Time
+	node, attached, awsNode string
+}
+
+func watchIP(ctx context.Context, wc client.WithWatch, name string) (*ipTimeline, error) {
+	w, err := wc.Watch(ctx, &ipv1.IPList{}, client.MatchingFields{"metadata.name": name})
+	if err != nil {
+		return nil, err
+	}
+	tl := &ipTimeline{stop: w.Stop}
+	go func() {
+		for ev := range w.ResultChan() {
+			ip, ok := ev.Object.(*ipv1.IP)
+			if !ok {
+				continue
+			}
+			e := ipEvent{at: time.Now(), node: ip.Status.Node, attached: ip.Status.AttachedNode}
+			if ip.Status.AWS != nil {
+				e.awsNode = ip.Status.AWS.Node
+			}
+			tl.mu.Lock()
+			tl.events = append(tl.events, e)
+			tl.mu.Unlock()
+		}
+	}()
+	return tl, nil
+}
+
+// describe says when, after lost, the watch first saw the IP placed on
+// another node than old (status.node), claimed there (attachedNode) and
+// routed there by EC2 as verified (status.aws.node).
+func (tl *ipTimeline) describe(lost time.Time, old string) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var placed, claimed, routed time.Time
+	target := ""
+	for _, e := range tl.events {
+		if e.node != "" && e.node != old && placed.IsZero() {
+			placed, target = e.at, e.node
+		}
+		if target != "" && e.attached == target && claimed.IsZero() {
+			claimed = e.at
+		}
+		if target != "" && e.awsNode == target && routed.IsZero() {
+			routed = e.at
+		}
+	}
+	ms := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", t.Sub(lost).Seconds())
+	}
+	return fmt.Sprintf("seen after NodeLost (s): placed %s, claimed %s, EC2 verified %s", ms(placed), ms(claimed), ms(routed))
+}
+
 // splitOwn splits kubext's own time of one failover: NodeLost to the
 // first EC2 call the answer waited for, the gaps between those calls, and
 // the last one's return to the answer; it records the three and describes
@@ -409,6 +485,12 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 				byAction[a] = b.vpc.EC2.Calls(a)
 			}
 		}
+		var tl *ipTimeline
+		if b.wc != nil {
+			if tl, err = watchIP(ctx, b.wc, "bench"); err != nil {
+				return nil, err
+			}
+		}
 		if err := b.lab.KillNode(ctx, node); err != nil {
 			return nil, err
 		}
@@ -440,6 +522,9 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			own := answered.Sub(lost) - time.Duration(waited)*ec2Lat
 			b.ec2Calls, b.mutating, b.own = append(b.ec2Calls, calls), append(b.mutating, muts), append(b.own, own.Seconds())
 			split := b.splitOwn(lost, answered)
+			if tl != nil {
+				split += "; " + tl.describe(lost, node)
+			}
 			var made []string
 			for _, a := range ec2Actions {
 				if n := b.vpc.EC2.Calls(a) - byAction[a]; n > 0 {
@@ -448,6 +533,9 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			}
 			fmt.Printf("          EC2: %d calls (%d mutating: %s), %d before the answer; NodeLost -> answer %.3f s, kubext's own %.3f s (%s)\n",
 				calls, muts, strings.Join(made, ", "), waited, answered.Sub(lost).Seconds(), own.Seconds(), split)
+		}
+		if tl != nil {
+			tl.stop()
 		}
 		// Bring the node back and replace its pod, so the next trial has a
 		// standby again.
