@@ -54,10 +54,11 @@ type awsState struct {
 type verifiedPlacement struct {
 	// status is status.aws as verified.
 	status ipv1.AWSStatus
-	// seen is what the verifying describe showed, which spares the next
-	// move the reads before it.
-	seen *awsprov.Observation
-	at   time.Time
+	// seen is what the verifying describe showed of address, which spares
+	// the next move of that address the reads before it.
+	seen    *awsprov.Observation
+	address string
+	at      time.Time
 }
 
 // giveBackFirst is how many private IPs may wait in status.aws.giveBack
@@ -183,7 +184,7 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	}
 	st.InstanceID, st.VPCID = target.InstanceID, target.VPCID
 	prev := prevAttachment(st)
-	prev.Seen = r.seen(ip.Name)
+	prev.Seen = r.seen(ip.Name, addr.IP.String())
 	att, err := r.AWS.Attach(ctx, addr, target, prev)
 	record(st, att)
 	if err != nil {
@@ -193,7 +194,7 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	moved := st.Node != node
 	st.Node = node
 	r.aws.mu.Lock()
-	r.aws.verified[ip.Name] = verifiedPlacement{status: *st.DeepCopy(), seen: att.Seen, at: r.now()}
+	r.aws.verified[ip.Name] = verifiedPlacement{status: *st.DeepCopy(), seen: att.Seen, address: addr.IP.String(), at: r.now()}
 	r.aws.mu.Unlock()
 	ec2Seconds.Observe(time.Since(start).Seconds())
 	if !moved {
@@ -370,13 +371,13 @@ func (r *Reconciler) recentlyVerified(ip, node string) (ipv1.AWSStatus, bool) {
 	return v.status, true
 }
 
-// seen is what the last verification of ip by this manager showed, less
-// than ec2Reverify ago, on whichever node; nil if none.
-func (r *Reconciler) seen(ip string) *awsprov.Observation {
+// seen is what the last verification of ip's address by this manager
+// showed, less than ec2Reverify ago, on whichever node; nil if none.
+func (r *Reconciler) seen(ip, address string) *awsprov.Observation {
 	r.aws.mu.Lock()
 	defer r.aws.mu.Unlock()
 	v, ok := r.aws.verified[ip]
-	if !ok || r.now().Sub(v.at) >= ec2Reverify {
+	if !ok || v.address != address || r.now().Sub(v.at) >= ec2Reverify {
 		return nil
 	}
 	return v.seen

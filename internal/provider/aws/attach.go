@@ -275,7 +275,7 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 // belongs to the subnet, whose free addresses others hand out too.
 func (p *Provider) currentEIP(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Observation, error) {
 	var cur Observation
-	if s := prev.Seen; s != nil && s.AllocationID != "" && s.ENI != "" && s.ENI != t.ENI {
+	if s := prev.Seen; s != nil && s.AllocationID != "" && s.AllocationID == prev.AllocationID && s.ENI != "" && s.ENI != t.ENI {
 		cur = *s
 	} else {
 		eip, err := p.findEIP(ctx, a.IP)
