@@ -106,12 +106,21 @@ var (
 	ec2Lat, probeEvery time.Duration
 )
 
-// The BYOIP pool of -aws-public: documentation addresses, off the lab's
-// subnet.
-var (
-	benchPublicPool  = "ipv4pool-ec2-0123456789abcdef0"
-	benchPublicRange = netip.MustParsePrefix("198.51.100.240/28")
-)
+// The BYOIP pool of -aws-public: documentation addresses off the lab's
+// subnet (publicRange).
+const benchPublicPool = "ipv4pool-ec2-0123456789abcdef0"
+
+// publicRange is the BYOIP range of -aws-public: the top of a
+// documentation range that is not the lab's subnet (the top of the pod
+// subnet, when it is that one: the VPC model routes the range past it).
+func publicRange(l *lab.Lab) netip.Prefix {
+	for _, p := range []string{"198.51.100.240/28", "203.0.113.240/28", "192.0.2.240/28"} {
+		if r := netip.MustParsePrefix(p); !r.Overlaps(l.Net.Subnet) {
+			return r
+		}
+	}
+	return netip.Prefix{}
+}
 
 // stallFor, stallWatch and restartAfter are -stall, -stall-watch and
 // -restart-after.
@@ -180,7 +189,7 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	if awsMode {
 		o := lab.VPCOptions{Addresses: pool, Latency: ec2Lat}
 		if awsPublic {
-			o.PublicPool, o.PublicRange = benchPublicPool, benchPublicRange
+			o.PublicPool, o.PublicRange = benchPublicPool, publicRange(l)
 		}
 		if b.vpc, err = l.StartVPC(ctx, o); err != nil {
 			return err
@@ -225,8 +234,8 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 		spec.Provider = ipv1.ProviderAWS
 	}
 	if awsPublic {
-		spec.Addresses, spec.AWS = []string{benchPublicRange.String()}, &ipv1.AWSProvider{PublicIPv4Pool: benchPublicPool}
-		addr = staticip.Nth(benchPublicRange, 4)
+		spec.Addresses, spec.AWS = []string{publicRange(l).String()}, &ipv1.AWSProvider{PublicIPv4Pool: benchPublicPool}
+		addr = staticip.Nth(publicRange(l), 4)
 	}
 	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}); err != nil {
 		return err
