@@ -203,9 +203,9 @@ func (v *VPC) NodeOfENI(eni string) string {
 	return ""
 }
 
-// followEvery is how soon the network follows a change in EC2: well
-// under the EC2 calls of a move, like a VPC that routes by the
-// assignment as soon as the call returns.
+// followEvery bounds how soon the network follows a change in EC2; it
+// follows a mutating call of the endpoint as soon as it returns, like a
+// VPC that routes by the assignment once the call has returned.
 const followEvery = 10 * time.Millisecond
 
 func (v *VPC) follow() {
@@ -217,6 +217,7 @@ func (v *VPC) follow() {
 		case <-v.stop:
 			return
 		case <-t.C:
+		case <-v.EC2.Changes():
 		}
 		err := v.sync()
 		v.mu.Lock()

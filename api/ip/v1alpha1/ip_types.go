@@ -379,6 +379,28 @@ type AWSStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	AssociationID string `json:"associationID,omitempty"`
+
+	// giveBack are secondary private IPs the operator assigned for the
+	// Elastic IP on network interfaces the Elastic IP has since left (a
+	// move to a node in another subnet, public mode). No Elastic IP is
+	// associated with them and no agent answers on them; the operator
+	// unassigns them just after the move, so that a failover waits for
+	// the move's calls only, and before it releases the Elastic IP.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	GiveBack []AWSPrivateIP `json:"giveBack,omitempty"`
+}
+
+// AWSPrivateIP is a secondary private IP of a network interface.
+type AWSPrivateIP struct {
+	// networkInterfaceID is the ENI that holds privateIP.
+	// +kubebuilder:validation:MaxLength=64
+	NetworkInterfaceID string `json:"networkInterfaceID"`
+
+	// privateIP is the address.
+	// +kubebuilder:validation:MaxLength=45
+	PrivateIP string `json:"privateIP"`
 }
 
 // IP is one fixed address that follows the pods claiming it. Pods claim it

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type AWSProvider interface {
 	Attach(ctx context.Context, a awsprov.Address, target awsprov.NodeTarget, prev awsprov.Attachment) (awsprov.Attachment, error)
 	Detach(ctx context.Context, a awsprov.Address, vpcID string, prev awsprov.Attachment) error
 	Release(ctx context.Context, a awsprov.Address, vpcID string, prev awsprov.Attachment) error
+	GiveBack(ctx context.Context, a awsprov.Address, vpcID string, back []awsprov.PrivateIP) ([]awsprov.PrivateIP, error)
 }
 
 var _ AWSProvider = (*awsprov.Provider)(nil)
@@ -52,8 +54,17 @@ type awsState struct {
 type verifiedPlacement struct {
 	// status is status.aws as verified.
 	status ipv1.AWSStatus
-	at     time.Time
+	// seen is what the verifying describe showed of address, which spares
+	// the next move of that address the reads before it.
+	seen    *awsprov.Observation
+	address string
+	at      time.Time
 }
+
+// giveBackFirst is how many private IPs may wait in status.aws.giveBack
+// before a move gives them back first (a move adds at most two; the list
+// holds at most eight).
+const giveBackFirst = 6
 
 func (s *awsState) init() {
 	s.mu.Lock()
@@ -101,7 +112,15 @@ func prepareAWS(ip *ipv1.IP, pool *ipv1.IPPool) {
 
 func prevAttachment(st *ipv1.AWSStatus) awsprov.Attachment {
 	return awsprov.Attachment{ENI: st.NetworkInterfaceID, PrivateIP: st.PrivateIP,
-		AllocationID: st.AllocationID, AssociationID: st.AssociationID}
+		AllocationID: st.AllocationID, AssociationID: st.AssociationID, GiveBack: giveBackOf(st)}
+}
+
+func giveBackOf(st *ipv1.AWSStatus) []awsprov.PrivateIP {
+	var out []awsprov.PrivateIP
+	for _, g := range st.GiveBack {
+		out = append(out, awsprov.PrivateIP{ENI: g.NetworkInterfaceID, IP: g.PrivateIP})
+	}
+	return out
 }
 
 // record keeps what EC2 handed out, including after a failed call (the
@@ -112,6 +131,12 @@ func record(st *ipv1.AWSStatus, att awsprov.Attachment) {
 	}
 	if att.AllocationID != "" {
 		st.AllocationID = att.AllocationID
+	}
+	for _, g := range att.GiveBack {
+		e := ipv1.AWSPrivateIP{NetworkInterfaceID: g.ENI, PrivateIP: g.IP}
+		if !slices.Contains(st.GiveBack, e) {
+			st.GiveBack = append(st.GiveBack, e)
+		}
 	}
 }
 
@@ -128,8 +153,14 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	if v, ok := r.recentlyVerified(ip.Name, node); ok {
 		// Verified by this manager a moment ago; a reconcile that read
 		// the IP before that status write landed takes it from memory
-		// rather than asking EC2 again.
-		*st = v
+		// rather than asking EC2 again. Once the status records the
+		// move (the reconcile after it), what the move left behind is
+		// given back: not before, so that the failover never waits for it.
+		recorded := st.Node == node
+		*st = *v.DeepCopy()
+		if recorded {
+			r.giveBack(ctx, ip, st)
+		}
 		return nil
 	}
 	addr, err := awsAddress(ip)
@@ -145,8 +176,16 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	if err != nil {
 		return r.ec2Failed(ctx, ip, st, "Resolve", err)
 	}
+	if len(st.GiveBack) >= giveBackFirst {
+		// Give-backs keep failing: do not pile up more.
+		if r.giveBack(ctx, ip, st); len(st.GiveBack) > giveBackFirst {
+			return &ec2Failure{reason: awsprov.ReasonEC2Error, message: fmt.Sprintf("%d former private IPs of %s wait to be given back in EC2 (status.aws.giveBack); the address is not moved again until they are", len(st.GiveBack), addr.IP)}
+		}
+	}
 	st.InstanceID, st.VPCID = target.InstanceID, target.VPCID
-	att, err := r.AWS.Attach(ctx, addr, target, prevAttachment(st))
+	prev := prevAttachment(st)
+	prev.Seen = r.seen(ip.Name, addr.IP.String())
+	att, err := r.AWS.Attach(ctx, addr, target, prev)
 	record(st, att)
 	if err != nil {
 		r.forgetTarget(n, addr)
@@ -155,9 +194,12 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	moved := st.Node != node
 	st.Node = node
 	r.aws.mu.Lock()
-	r.aws.verified[ip.Name] = verifiedPlacement{status: *st, at: r.now()}
+	r.aws.verified[ip.Name] = verifiedPlacement{status: *st.DeepCopy(), seen: att.Seen, address: addr.IP.String(), at: r.now()}
 	r.aws.mu.Unlock()
 	ec2Seconds.Observe(time.Since(start).Seconds())
+	if !moved {
+		r.giveBack(ctx, ip, st)
+	}
 	if moved {
 		what := fmt.Sprintf("%s is on %s of instance %s (node %s)", addr.IP, st.NetworkInterfaceID, st.InstanceID, node)
 		if addr.PublicIPv4Pool != "" {
@@ -167,6 +209,36 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "EC2Attached", "Attach", "EC2 verified: %s", what)
 	}
 	return nil
+}
+
+// giveBack unassigns the private IPs in status.aws.giveBack (what a move
+// across subnets left behind), after the move, so that the failover did
+// not wait for it. A failure is an Event; the next reconcile tries again.
+func (r *Reconciler) giveBack(ctx context.Context, ip *ipv1.IP, st *ipv1.AWSStatus) {
+	if len(st.GiveBack) == 0 || st.VPCID == "" {
+		return
+	}
+	addr, err := awsAddress(ip)
+	if err != nil {
+		return
+	}
+	left, err := r.AWS.GiveBack(ctx, addr, st.VPCID, giveBackOf(st))
+	st.GiveBack = nil
+	for _, g := range left {
+		st.GiveBack = append(st.GiveBack, ipv1.AWSPrivateIP{NetworkInterfaceID: g.ENI, PrivateIP: g.IP})
+	}
+	r.aws.mu.Lock()
+	if v, ok := r.aws.verified[ip.Name]; ok {
+		v.status.GiveBack = slices.Clone(st.GiveBack)
+		r.aws.verified[ip.Name] = v
+	}
+	r.aws.mu.Unlock()
+	if err != nil {
+		reason := awsprov.ReasonOf(err)
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, reason, "GiveBack", "giving back former private IPs of %s: %v", addr.IP, err)
+		ctrl.LoggerFrom(ctx).Info("EC2 give-back failed", "ip", ip.Name, "reason", reason, "message", err.Error())
+		ec2Failures.WithLabelValues(reason).Inc()
+	}
 }
 
 // ec2Failed turns a provider error into the Attached condition's reason
@@ -194,7 +266,7 @@ func (r *Reconciler) ec2Failed(ctx context.Context, ip *ipv1.IP, st *ipv1.AWSSta
 // for the next holder. It returns the failure, if any.
 func (r *Reconciler) detachEC2(ctx context.Context, ip *ipv1.IP) *ec2Failure {
 	st := ip.Status.AWS
-	if st == nil || st.VPCID == "" || (st.Node == "" && st.NetworkInterfaceID == "") {
+	if st == nil || st.VPCID == "" || (st.Node == "" && st.NetworkInterfaceID == "" && len(st.GiveBack) == 0) {
 		return nil
 	}
 	addr, err := awsAddress(ip)
@@ -205,7 +277,7 @@ func (r *Reconciler) detachEC2(ctx context.Context, ip *ipv1.IP) *ec2Failure {
 		return r.ec2Failed(ctx, ip, st, "Detach", err)
 	}
 	r.forgetVerified(ip.Name)
-	st.Node, st.NetworkInterfaceID, st.PrivateIP, st.AssociationID = "", "", "", ""
+	st.Node, st.NetworkInterfaceID, st.PrivateIP, st.AssociationID, st.GiveBack = "", "", "", "", nil
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "EC2Detached", "Detach", "EC2 routes %s to no node", addr.IP)
 	return nil
 }
@@ -297,6 +369,18 @@ func (r *Reconciler) recentlyVerified(ip, node string) (ipv1.AWSStatus, bool) {
 		return ipv1.AWSStatus{}, false
 	}
 	return v.status, true
+}
+
+// seen is what the last verification of ip's address by this manager
+// showed, less than ec2Reverify ago, on whichever node; nil if none.
+func (r *Reconciler) seen(ip, address string) *awsprov.Observation {
+	r.aws.mu.Lock()
+	defer r.aws.mu.Unlock()
+	v, ok := r.aws.verified[ip]
+	if !ok || v.address != address || r.now().Sub(v.at) >= ec2Reverify {
+		return nil
+	}
+	return v.seen
 }
 
 func (r *Reconciler) forgetVerified(ip string) {

@@ -148,6 +148,61 @@ func TestAWSPublicAssociateReassociateAndRelease(t *testing.T) {
 	f.G.Expect(ec2d.Holders(priv2)).To(BeEmpty(), "the private IP kubext assigned is given back")
 }
 
+// Public mode, a failover to a node in another subnet: two mutating calls
+// before the Elastic IP is Ready on the standby (a new secondary private IP
+// there, the re-association); the private IP left on the old node is
+// recorded in status.aws.giveBack and given back just after.
+func TestAWSPublicFailoverAcrossSubnetsGivesBackAfter(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.awsPool(pool, "198.51.100.144/29", true)
+	n1, eni1 := f.awsNode(f.name("a"))
+	inst, enis := ec2d.AddInstance(awsOtherSubnet)
+	n2, eni2 := f.name("b"), enis[0]
+	f.Create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n2},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1b/" + inst}})
+	a1 := startAgent(t, n1)
+	startAgent(t, n2)
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, "192.0.2.141")
+	ip := f.readyOn(name, n1, eni1)
+	addr, oldPriv := ip.Status.Address, ip.Status.AWS.PrivateIP
+
+	time.Sleep(50 * time.Millisecond)
+	f.pod(f.name("second"), name, n2, "192.0.2.142")
+	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
+	time.Sleep(300 * time.Millisecond)
+	// Count the mutating calls made until EC2 routes the Elastic IP to the
+	// standby: the give-back comes after.
+	ec2d.SetLatency(100 * time.Millisecond)
+	defer ec2d.SetLatency(0)
+	before := ec2d.Mutating()
+	a1.stop()
+	// When the status first says EC2 routes it to the standby (what its
+	// agent waits for), the move's calls are made and the give-back has
+	// not started: it is recorded, not done.
+	var moved int
+	f.G.Eventually(func(g Gomega) {
+		moved = ec2d.Mutating() - before
+		st := f.ip(name).Status.AWS
+		g.Expect(st.Node).To(Equal(n2))
+		g.Expect(st.GiveBack).To(ConsistOf(ipv1.AWSPrivateIP{NetworkInterfaceID: eni1, PrivateIP: oldPriv}))
+	}, testenv.WaitFor, 5*time.Millisecond).Should(Succeed())
+	f.G.Expect(moved).To(Equal(2), "a new private IP on the standby's ENI and the re-association, nothing else")
+	f.readyOn(name, n2, eni2)
+	f.G.Eventually(func() []string { return ec2d.Holders(oldPriv) }, testenv.WaitFor).Should(BeEmpty(), "the old private IP is given back")
+	f.G.Eventually(func() []ipv1.AWSPrivateIP { return f.ip(name).Status.AWS.GiveBack }, testenv.WaitFor).Should(BeEmpty())
+	f.G.Expect(ec2d.PrivateIPs(eni1)).To(HaveLen(1), "only the primary IP is left on the old node")
+	_, eni, priv, _ := ec2d.EIP(addr)
+	f.G.Expect(eni).To(Equal(eni2))
+	f.G.Expect(ec2d.Holders(priv)).To(Equal([]string{eni2}))
+	f.G.Expect(ipEvent(f.Ctx, name, "EC2Attached")).NotTo(BeNil())
+
+	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
+	f.G.Expect(ec2d.PrivateIPs(eni2)).To(HaveLen(1), "only the primary IP is left on the new node")
+}
+
 // An Elastic IP a user allocated by hand is associated and disassociated,
 // never released; a restart of the manager reuses what status records
 // without a mutating call.

@@ -76,6 +76,10 @@ func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool,
 		// not at once (the SDK already retried the call).
 		return ctrl.Result{RequeueAfter: ec2Retry}, nil
 	}
+	if st := ip.Status.AWS; st != nil && len(st.GiveBack) > 0 {
+		// A former private IP of the Elastic IP is left to give back.
+		return ctrl.Result{RequeueAfter: ec2Retry}, nil
+	}
 	if !placed || r.doubtful(ip) {
 		// Waiting for the old node to let go, or for a node the informer
 		// calls lost to be confirmed so (or not) by the API server: its

@@ -25,9 +25,11 @@ var (
 
 	// ec2d is the EC2 the controller's aws provider talks to: one VPC with
 	// the nodes' subnet 10.0.0.0/16 and the BYOIP pool awsPublicPool.
-	ec2d       *ec2double.Double
-	awsSubnet  string
-	reconciler *Reconciler
+	ec2d      *ec2double.Double
+	awsSubnet string
+	// awsOtherSubnet is a second subnet of the nodes' VPC.
+	awsOtherSubnet string
+	reconciler     *Reconciler
 )
 
 const awsPublicPool = "ipv4pool-ec2-0123456789abcdef0"
@@ -39,6 +41,7 @@ func TestMain(m *testing.M) {
 func startManager(ctx context.Context, env *testenv.Env) error {
 	ec2d = ec2double.New()
 	awsSubnet = ec2d.AddSubnet("vpc-1", "10.0.0.0/16")
+	awsOtherSubnet = ec2d.AddSubnet("vpc-1", "10.1.0.0/16")
 	ec2d.AddPool(awsPublicPool, "198.51.100.128/25")
 	// The manager caches as deployed: Leases in the heartbeat namespace
 	// only, Pods and Nodes trimmed to what the controllers read.

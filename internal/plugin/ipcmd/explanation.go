@@ -396,6 +396,9 @@ func writeEC2(w io.Writer, f *facts) {
 	if st.PublicIPv4Pool != "" || st.AllocationID != "" {
 		row(tw, "Allocation", orDash(st.AllocationID), "kept while no node holds the address; released on delete only if kubext allocated it")
 		row(tw, "Association", orDash(st.AssociationID))
+		for _, g := range st.GiveBack {
+			row(tw, "To give back", g.PrivateIP+" on "+g.NetworkInterfaceID, "a former private IP of the Elastic IP, unassigned just after the move; nothing answers on it")
+		}
 	}
 	_ = tw.Flush()
 	node := f.ip.Status.Node

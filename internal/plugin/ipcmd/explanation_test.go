@@ -135,6 +135,19 @@ func TestExplain(t *testing.T) {
 			"Private IP   10.0.1.17", "Allocation   eipalloc-0789", "Association  eipassoc-0abc", "Instance     i-0123",
 			"EC2 routes 192.0.2.10 to n1, the holder's node."},
 	}, {
+		name: "an Elastic IP moved across subnets shows the private IP it left to give back",
+		facts: func(f *facts) {
+			f.ip = readyIP()
+			f.pool = pool(nil)
+			f.pool.Spec.Provider = ipv1.ProviderAWS
+			f.ip.Status.AWS = &ipv1.AWSStatus{PublicIPv4Pool: "ipv4pool-ec2-0abc", Node: "n1", InstanceID: "i-0123",
+				VPCID: "vpc-1", NetworkInterfaceID: "eni-0456", PrivateIP: "10.0.1.17",
+				AllocationID: "eipalloc-0789", AssociationID: "eipassoc-0abc",
+				GiveBack: []ipv1.AWSPrivateIP{{NetworkInterfaceID: "eni-0111", PrivateIP: "10.0.2.9"}}}
+			f.pods = []corev1.Pod{pod("web-0", "n1", true)}
+		},
+		want: []string{"To give back  10.0.2.9 on eni-0111", "nothing answers on it", "EC2 routes 192.0.2.10 to n1, the holder's node."},
+	}, {
 		name: "a private aws address claimed but not yet moved in EC2",
 		facts: func(f *facts) {
 			f.ip = notReady(readyIP(), ipv1.ReasonEC2Attaching, "moving 192.0.2.10 to node n1 in EC2")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	sdkaws "github.com/aws/aws-sdk-go-v2/aws"
@@ -23,6 +24,23 @@ type Attachment struct {
 	// AllocationID and AssociationID are the Elastic IP's (public mode).
 	AllocationID  string
 	AssociationID string
+	// GiveBack are secondary private IPs kubext assigned for the Elastic
+	// IP on network interfaces it has left (public mode, a move to another
+	// subnet): Attach leaves them for GiveBack, after the move is
+	// recorded, so that a failover waits for the move's calls only.
+	GiveBack []PrivateIP
+	// Seen is what EC2 showed when Attach last verified this attachment
+	// (nil when unknown; it is not recorded in the IP's status). Passed
+	// back in prev while it is fresh, it spares the reads before a move
+	// to another node; Attach still verifies with a describe after every
+	// move, and reads afresh whatever it would not move anyway.
+	Seen *Observation
+}
+
+// PrivateIP is a secondary private IP of a network interface.
+type PrivateIP struct {
+	ENI string
+	IP  string
 }
 
 // Holder is a network interface of the VPC that lists a private address.
@@ -93,17 +111,24 @@ func (p *Provider) Attach(ctx context.Context, a Address, target NodeTarget, pre
 	if a.public() {
 		return p.attachPublic(ctx, a, target, prev)
 	}
-	return p.attachPrivate(ctx, a, target)
+	return p.attachPrivate(ctx, a, target, prev)
 }
 
 // attachPrivate moves the address with one AssignPrivateIpAddresses with
-// AllowReassignment, then verifies.
-func (p *Provider) attachPrivate(ctx context.Context, a Address, t NodeTarget) (Attachment, error) {
+// AllowReassignment, then verifies. When prev.Seen says the address is on
+// another ENI, the move trusts it rather than reading first: the assign
+// takes the address from wherever it is, and the describe after it checks.
+func (p *Provider) attachPrivate(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Attachment, error) {
 	ip := a.IP.String()
 	att := Attachment{ENI: t.ENI, PrivateIP: ip}
-	hs, err := p.holders(ctx, t.VPCID, ip)
-	if err != nil {
-		return Attachment{}, err
+	var hs []Holder
+	if prev.Seen != nil && len(prev.Seen.Holders) > 0 && !heldBy(prev.Seen.Holders, t.ENI) {
+		hs = prev.Seen.Holders
+	} else {
+		var err error
+		if hs, err = p.holders(ctx, t.VPCID, ip); err != nil {
+			return Attachment{}, err
+		}
 	}
 	if err := refusePrimaryElsewhere(hs, t.ENI, ip); err != nil {
 		return Attachment{}, err
@@ -120,7 +145,22 @@ func (p *Provider) attachPrivate(ctx context.Context, a Address, t NodeTarget) (
 			return att, err
 		}
 	}
-	return att, p.ensureOnlyOn(ctx, t, ip, hs)
+	if err := p.ensureOnlyOn(ctx, t, ip, hs); err != nil {
+		return att, err
+	}
+	att.Seen = &Observation{Holders: onlyOn(hs, t.ENI)}
+	return att, nil
+}
+
+// onlyOn is eni's entry of hs, as the list of holders once the address is
+// verified on eni alone.
+func onlyOn(hs []Holder, eni string) []Holder {
+	for _, h := range hs {
+		if h.ENI == eni {
+			return []Holder{h}
+		}
+	}
+	return nil
 }
 
 // ensureOnlyOn checks that hs (the holders of ip) is exactly the target ENI;
@@ -160,36 +200,26 @@ func (p *Provider) ensureOnlyOn(ctx context.Context, t NodeTarget, ip string, hs
 // attachPublic allocates the Elastic IP once (tagged), then associates it
 // with a secondary private IP of the target ENI. A move within one subnet
 // moves that private IP with AssignPrivateIpAddresses and AllowReassignment,
-// which carries the association along on EC2; when it did not (or across
-// subnets), AssociateAddress with AllowReassociation: at most two mutating
-// calls either way.
+// which carries the association along on EC2 (one mutating call); when it
+// did not, or across subnets, AssociateAddress with AllowReassociation (two).
+// The private IP a move across subnets leaves behind is returned in
+// GiveBack rather than unassigned here: the failover does not wait for it.
 func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Attachment, error) {
-	eip, err := p.findEIP(ctx, a.IP)
+	cur, err := p.currentEIP(ctx, a, t, prev)
 	if err != nil {
 		return Attachment{}, err
 	}
-	if eip == nil {
-		if eip, err = p.allocate(ctx, a); err != nil {
-			return Attachment{}, err
-		}
-	}
-	cur := observation(eip)
 	if cur.Owner != "" && cur.Owner != a.Name {
 		return Attachment{}, errorf(ReasonAddressInUse, "Elastic IP %s (%s) is tagged %s=%s: another IP object allocated it", a.IP, cur.AllocationID, TagKey, cur.Owner)
 	}
 	att := Attachment{ENI: t.ENI, AllocationID: cur.AllocationID}
-	var curHolders []Holder
-	if cur.PrivateIP != "" {
-		if curHolders, err = p.holders(ctx, t.VPCID, cur.PrivateIP); err != nil {
-			return att, err
-		}
-	}
-	if cur.ENI == t.ENI && heldBy(curHolders, t.ENI) {
+	if cur.ENI == t.ENI && heldBy(cur.Holders, t.ENI) {
 		att.PrivateIP, att.AssociationID = cur.PrivateIP, cur.AssociationID
-		return att, p.verifyPublic(ctx, a, t, att)
+		att.GiveBack = leftBehind(cur, a, prev, att)
+		return p.verifyPublic(ctx, a, t, att, nil)
 	}
 
-	moveAlong := cur.PrivateIP != "" && isSecondaryIn(curHolders, cur.ENI, t.SubnetID)
+	moveAlong := cur.PrivateIP != "" && isSecondaryIn(cur.Holders, cur.ENI, t.SubnetID)
 	switch {
 	case moveAlong:
 		att.PrivateIP = cur.PrivateIP
@@ -198,13 +228,15 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 		}); err != nil {
 			return att, ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("move %s (private IP of Elastic IP %s) to %s of %s", cur.PrivateIP, a.IP, t.ENI, t.InstanceID), err)
 		}
-		if eip, err = p.findEIP(ctx, a.IP); err != nil {
+		eip, err := p.findEIP(ctx, a.IP)
+		if err != nil {
 			return att, err
 		}
 		if eip != nil {
 			if now := observation(eip); now.ENI == t.ENI && now.PrivateIP == att.PrivateIP {
 				att.AssociationID = now.AssociationID
-				return att, p.verifyPublic(ctx, a, t, att)
+				att.GiveBack = leftBehind(cur, a, prev, att)
+				return p.verifyPublic(ctx, a, t, att, eip)
 			}
 		}
 	case prev.PrivateIP != "" && prev.ENI == t.ENI && heldBySecondary(ctx, p, t, prev.PrivateIP):
@@ -231,36 +263,133 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 		return att, ec2Error("AssociateAddress", fmt.Sprintf("associate Elastic IP %s with %s on %s of %s", a.IP, att.PrivateIP, t.ENI, t.InstanceID), err)
 	}
 	att.AssociationID = sdkaws.ToString(aout.AssociationId)
-	if !moveAlong && cur.Owner == a.Name && cur.PrivateIP != "" && cur.ENI != "" && cur.ENI != t.ENI && isSecondaryIn(curHolders, cur.ENI, "") {
-		// The old secondary private IP was assigned by kubext for this
-		// Elastic IP, which has left it: give it back (a cross-subnet move).
-		if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
-			NetworkInterfaceId: sdkaws.String(cur.ENI), PrivateIpAddresses: []string{cur.PrivateIP},
-		}); err != nil {
-			return att, ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("remove %s, the former private IP of Elastic IP %s, from %s", cur.PrivateIP, a.IP, cur.ENI), err)
+	att.GiveBack = leftBehind(cur, a, prev, att)
+	return p.verifyPublic(ctx, a, t, att, nil)
+}
+
+// currentEIP is the Elastic IP as it is now, with the holders of its
+// private IP; it allocates the Elastic IP if there is none. When prev.Seen
+// (verified moments ago) has the Elastic IP on another ENI, its
+// association is taken from there, and only the private IP's holders are
+// read afresh: the Elastic IP is kubext's to move, but its private IP
+// belongs to the subnet, whose free addresses others hand out too.
+func (p *Provider) currentEIP(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Observation, error) {
+	var cur Observation
+	if s := prev.Seen; s != nil && s.AllocationID != "" && s.AllocationID == prev.AllocationID && s.ENI != "" && s.ENI != t.ENI {
+		cur = *s
+	} else {
+		eip, err := p.findEIP(ctx, a.IP)
+		if err != nil {
+			return Observation{}, err
 		}
+		if eip == nil {
+			if eip, err = p.allocate(ctx, a); err != nil {
+				return Observation{}, err
+			}
+		}
+		cur = observation(eip)
 	}
-	return att, p.verifyPublic(ctx, a, t, att)
+	cur.Holders = nil
+	if cur.PrivateIP != "" {
+		hs, err := p.holders(ctx, t.VPCID, cur.PrivateIP)
+		if err != nil {
+			return Observation{}, err
+		}
+		cur.Holders = hs
+	}
+	return cur, nil
+}
+
+// leftBehind are the private IPs kubext assigned for the Elastic IP on an
+// ENI it has now left (att is where it is), for GiveBack: the one it was
+// associated with before this attach (cur), and the one the IP's status
+// recorded (prev) if an earlier attach moved the Elastic IP and was
+// interrupted before its status was written. Only for an Elastic IP kubext
+// allocated: the private IP of one a user associated is the user's.
+func leftBehind(cur Observation, a Address, prev Attachment, att Attachment) []PrivateIP {
+	if cur.Owner != a.Name {
+		return nil
+	}
+	var out []PrivateIP
+	add := func(eni, ip string) {
+		b := PrivateIP{ENI: eni, IP: ip}
+		if eni == "" || ip == "" || (eni == att.ENI && ip == att.PrivateIP) || ip == att.PrivateIP || slices.Contains(out, b) {
+			// A private IP that moved along with the Elastic IP is not
+			// left behind.
+			return
+		}
+		out = append(out, b)
+	}
+	if isSecondaryIn(cur.Holders, cur.ENI, "") {
+		add(cur.ENI, cur.PrivateIP)
+	}
+	add(prev.ENI, prev.PrivateIP)
+	return out
 }
 
 // verifyPublic checks that the Elastic IP's association names the target
-// ENI and private IP, and that the private IP is on the target ENI only.
-func (p *Provider) verifyPublic(ctx context.Context, a Address, t NodeTarget, att Attachment) error {
-	eip, err := p.findEIP(ctx, a.IP)
-	if err != nil {
-		return err
+// ENI and private IP, and that the private IP is on the target ENI only;
+// eip is the Elastic IP as just described, nil to describe it. On success
+// att.Seen is what it saw.
+func (p *Provider) verifyPublic(ctx context.Context, a Address, t NodeTarget, att Attachment, eip *types.Address) (Attachment, error) {
+	if eip == nil {
+		var err error
+		if eip, err = p.findEIP(ctx, a.IP); err != nil {
+			return att, err
+		}
 	}
 	if eip == nil {
-		return errorf(ReasonVerificationFailed, "after associating Elastic IP %s, EC2 DescribeAddresses does not list it", a.IP)
+		return att, errorf(ReasonVerificationFailed, "after associating Elastic IP %s, EC2 DescribeAddresses does not list it", a.IP)
 	}
-	if now := observation(eip); now.ENI != t.ENI || now.PrivateIP != att.PrivateIP {
-		return errorf(ReasonVerificationFailed, "after associating Elastic IP %s with %s on %s, EC2 DescribeAddresses shows it associated with %q on %q", a.IP, att.PrivateIP, t.ENI, now.PrivateIP, now.ENI)
+	now := observation(eip)
+	if now.ENI != t.ENI || now.PrivateIP != att.PrivateIP {
+		return att, errorf(ReasonVerificationFailed, "after associating Elastic IP %s with %s on %s, EC2 DescribeAddresses shows it associated with %q on %q", a.IP, att.PrivateIP, t.ENI, now.PrivateIP, now.ENI)
 	}
 	hs, err := p.holders(ctx, t.VPCID, att.PrivateIP)
 	if err != nil {
-		return err
+		return att, err
 	}
-	return p.ensureOnlyOn(ctx, t, att.PrivateIP, hs)
+	if err := p.ensureOnlyOn(ctx, t, att.PrivateIP, hs); err != nil {
+		return att, err
+	}
+	now.Holders = onlyOn(hs, t.ENI)
+	att.Seen = &now
+	return att, nil
+}
+
+// GiveBack unassigns the private IPs an Elastic IP has left (Attachment's
+// GiveBack) from their ENIs, unless the Elastic IP is associated with one
+// of them again. It returns those not given back yet, with the error.
+func (p *Provider) GiveBack(ctx context.Context, a Address, vpcID string, back []PrivateIP) ([]PrivateIP, error) {
+	if len(back) == 0 {
+		return nil, nil
+	}
+	eip, err := p.findEIP(ctx, a.IP)
+	if err != nil {
+		return back, err
+	}
+	var cur Observation
+	if eip != nil {
+		cur = observation(eip)
+	}
+	for i, b := range back {
+		if cur.AssociationID != "" && cur.ENI == b.ENI && cur.PrivateIP == b.IP {
+			continue // in use again
+		}
+		hs, err := p.holders(ctx, vpcID, b.IP)
+		if err != nil {
+			return back[i:], err
+		}
+		if !isSecondaryIn(hs, b.ENI, "") {
+			continue // gone already
+		}
+		if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(b.ENI), PrivateIpAddresses: []string{b.IP},
+		}); err != nil {
+			return back[i:], ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("give back %s, a former private IP of Elastic IP %s, from %s", b.IP, a.IP, b.ENI), err)
+		}
+	}
+	return nil, nil
 }
 
 func heldBySecondary(ctx context.Context, p *Provider, t NodeTarget, ip string) bool {
@@ -273,7 +402,8 @@ func heldBySecondary(ctx context.Context, p *Provider, t NodeTarget, ip string) 
 // secondary IP; in public mode it disassociates the Elastic IP (when the
 // association is kubext's: the Elastic IP is tagged for this IP, or the
 // association is the recorded one) and gives back the private IP kubext
-// assigned for it, but keeps the allocation, so the next Attach reuses it.
+// assigned for it (prev.GiveBack included), but keeps the allocation, so
+// the next Attach reuses it.
 func (p *Provider) Detach(ctx context.Context, a Address, vpcID string, prev Attachment) error {
 	_, err := p.detach(ctx, a, vpcID, prev)
 	return err
@@ -336,6 +466,9 @@ func (p *Provider) detach(ctx context.Context, a Address, vpcID string, prev Att
 		if err := p.unassignSecondaries(ctx, hs, priv); err != nil {
 			return nil, err
 		}
+	}
+	if _, err := p.GiveBack(ctx, a, vpcID, prev.GiveBack); err != nil {
+		return nil, err
 	}
 	if eip == nil {
 		return nil, nil

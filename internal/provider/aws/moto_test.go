@@ -430,3 +430,46 @@ func sorted(s ...string) []string {
 	slices.Sort(s)
 	return s
 }
+
+// TestMotoGiveBack: the give-back after a move across subnets, over the
+// wire: a secondary private IP no Elastic IP is associated with is
+// unassigned from its ENI, one the Elastic IP is associated with is kept.
+func TestMotoGiveBack(t *testing.T) {
+	m := startMoto(t)
+	ctx := context.Background()
+	c := &counting{Client: m.raw, n: map[string]int{}}
+	p := aws.NewWithEC2(c, aws.Options{})
+	a := aws.Address{Name: "web", IP: netip.MustParseAddr("192.0.2.12"), PublicIPv4Pool: "ipv4pool-ec2-0123456789abcdef0"}
+	out, err := m.raw.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{NetworkInterfaceId: sdkaws.String(m.eni[0]), SecondaryPrivateIpAddressCount: sdkaws.Int32(1)})
+	if err != nil || len(out.AssignedPrivateIpAddresses) == 0 {
+		t.Fatalf("assign: %v, %v", out, err)
+	}
+	// The new address is the last listed (as the provider takes it).
+	left := sdkaws.ToString(out.AssignedPrivateIpAddresses[len(out.AssignedPrivateIpAddresses)-1].PrivateIpAddress)
+	eip, err := m.raw.AllocateAddress(ctx, &ec2.AllocateAddressInput{Domain: types.DomainTypeVpc, Address: sdkaws.String(a.IP.String())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Associated with eni[1]'s primary IP (what moto does whatever is asked).
+	if _, err := m.raw.AssociateAddress(ctx, &ec2.AssociateAddressInput{AllocationId: eip.AllocationId, NetworkInterfaceId: sdkaws.String(m.eni[1])}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.raw.DescribeAddresses(ctx, &ec2.DescribeAddressesInput{AllocationIds: []string{sdkaws.ToString(eip.AllocationId)}})
+	if err != nil || len(d.Addresses) != 1 {
+		t.Fatalf("describe: %v, %v", d, err)
+	}
+	associated := sdkaws.ToString(d.Addresses[0].PrivateIpAddress)
+	rest, err := p.GiveBack(ctx, a, m.vpc, []aws.PrivateIP{{ENI: m.eni[0], IP: left}, {ENI: m.eni[1], IP: associated}})
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("GiveBack: %v left, %v", rest, err)
+	}
+	if got := m.holders(t, left); slices.Contains(got, m.eni[0]) {
+		t.Fatalf("%s is still on %s after the give-back (holders %v)", left, m.eni[0], got)
+	}
+	if c.n["UnassignPrivateIpAddresses"] != 1 {
+		t.Fatalf("calls %v: want one unassign, the associated address kept", c.n)
+	}
+	if got := m.holders(t, associated); !slices.Contains(got, m.eni[1]) {
+		t.Fatalf("the associated address %s was taken off %s (holders %v)", associated, m.eni[1], got)
+	}
+}

@@ -217,16 +217,27 @@ func TestPublicAttachMoveRelease(t *testing.T) {
 	}
 	t.Logf("public move within a subnet: %d mutating call(s)", n)
 
-	// Another subnet: a new secondary IP there, re-association, and the old
-	// private IP given back.
+	// Another subnet: a new secondary IP there and re-association (two
+	// mutating calls); the old private IP is left for GiveBack.
 	w.d.ResetCalls()
 	att3, n := mustAttach(t, w, 2, a, att2)
 	_, eni, priv, _ = w.d.EIP("192.0.2.10")
-	if eni != w.eni[2] || priv != att3.PrivateIP || w.d.Calls("AssociateAddress") != 1 {
-		t.Fatalf("move across subnets: EIP on %s/%s, attachment %+v", eni, priv, att3)
+	if eni != w.eni[2] || priv != att3.PrivateIP || w.d.Calls("AssociateAddress") != 1 || n != 2 {
+		t.Fatalf("move across subnets: %d mutating calls, EIP on %s/%s, attachment %+v; want 2 calls", n, eni, priv, att3)
 	}
-	if got := w.d.Holders(att2.PrivateIP); len(got) != 0 || n != 3 {
-		t.Fatalf("old private IP %s still on %v after %d mutating calls; want given back, 2 calls to move + 1 to give back", att2.PrivateIP, got, n)
+	want := []aws.PrivateIP{{ENI: w.eni[1], IP: att2.PrivateIP}}
+	if !slices.Equal(att3.GiveBack, want) {
+		t.Fatalf("GiveBack %+v, want %+v", att3.GiveBack, want)
+	}
+	w.d.ResetCalls()
+	if left, err := w.p.GiveBack(context.Background(), a, "vpc-1", att3.GiveBack); err != nil || len(left) != 0 {
+		t.Fatalf("GiveBack: %v left, %v", left, err)
+	}
+	if got := w.d.Holders(att2.PrivateIP); len(got) != 0 || w.d.Mutating() != 1 {
+		t.Fatalf("old private IP %s still on %v after %d mutating calls; want given back with one", att2.PrivateIP, got, w.d.Mutating())
+	}
+	if _, eni, priv, _ = w.d.EIP("192.0.2.10"); eni != w.eni[2] || priv != att3.PrivateIP {
+		t.Fatalf("GiveBack moved the Elastic IP to %s/%s", eni, priv)
 	}
 
 	if err := w.p.Release(context.Background(), a, "vpc-1", att3); err != nil {

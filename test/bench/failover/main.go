@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,7 +47,6 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
-	"github.com/kubext/kubext/test/lab/labnet"
 	"github.com/kubext/kubext/test/staticip"
 )
 
@@ -57,6 +57,8 @@ func main() {
 	renew := flag.Duration("renew-interval", 500*time.Millisecond, "ip-agent --renew-interval")
 	provider := flag.String("provider", "l2", "the pool's provider: l2, or aws (the lab's VPC model)")
 	ec2Latency := flag.Duration("ec2-latency", 300*time.Millisecond, "with -provider aws: latency of every EC2 call")
+	flag.BoolVar(&awsPublic, "aws-public", false, "with -provider aws: public mode, Elastic IPs from a BYOIP pool of the VPC model")
+	flag.DurationVar(&probeEvery, "probe-every", 50*time.Millisecond, "how often the client asks the address; each ask waits 100 ms at most (with -provider aws, asks overlap)")
 	flag.DurationVar(&stallFor, "stall", 5*time.Second, "after the failovers, freeze kube-apiserver, then etcd, this long with the client probing (0: skip)")
 	flag.DurationVar(&stallWatch, "stall-watch", 10*time.Second, "how long the client keeps probing after a stall ends")
 	flag.DurationVar(&restartAfter, "restart-after", 0, "how long a revived node stays on the network before its agent (or keepalived) restarts: a node that does not fence answers for its old address meanwhile")
@@ -97,11 +99,28 @@ func main() {
 var ec2Actions = []string{"DescribeInstances", "DescribeSubnets", "DescribeNetworkInterfaces", "DescribeAddresses",
 	"AssignPrivateIpAddresses", "UnassignPrivateIpAddresses", "AllocateAddress", "AssociateAddress", "DisassociateAddress", "ReleaseAddress"}
 
-// awsMode and ec2Lat are -provider aws and -ec2-latency.
+// awsMode, awsPublic and ec2Lat are -provider aws, -aws-public and
+// -ec2-latency; probeEvery is -probe-every.
 var (
-	awsMode bool
-	ec2Lat  time.Duration
+	awsMode, awsPublic bool
+	ec2Lat, probeEvery time.Duration
 )
+
+// The BYOIP pool of -aws-public: documentation addresses off the lab's
+// subnet (publicRange).
+const benchPublicPool = "ipv4pool-ec2-0123456789abcdef0"
+
+// publicRange is the BYOIP range of -aws-public: the top of a
+// documentation range that is not the lab's subnet (the top of the pod
+// subnet, when it is that one: the VPC model routes the range past it).
+func publicRange(l *lab.Lab) netip.Prefix {
+	for _, p := range []string{"198.51.100.240/28", "203.0.113.240/28", "192.0.2.240/28"} {
+		if r := netip.MustParsePrefix(p); !r.Overlaps(l.Net.Subnet) {
+			return r
+		}
+	}
+	return netip.Prefix{}
+}
 
 // stallFor, stallWatch and restartAfter are -stall, -stall-watch and
 // -restart-after.
@@ -112,8 +131,10 @@ var stallFor, stallWatch, restartAfter time.Duration
 var failover, extraAgentArgs string
 
 type bench struct {
-	lab    *lab.Lab
-	c      client.Client
+	lab *lab.Lab
+	c   client.Client
+	// wc watches the IP through each aws trial (ipTimeline).
+	wc     client.WithWatch
 	agents []string
 	// manager runs with managerArgs; it exits when it loses its leader
 	// Lease (a stall), and is started again as the kubelet would.
@@ -122,9 +143,12 @@ type bench struct {
 	// vpc is the lab's VPC model (aws only).
 	vpc *lab.VPC
 	// ec2Calls, mutating and own are per failover (aws only): EC2 calls,
-	// mutating EC2 calls, and kubext's own seconds.
-	ec2Calls, mutating []int
-	own                []float64
+	// mutating EC2 calls, and kubext's own seconds; ownBefore, ownBetween
+	// and ownAfter split own: from NodeLost to the first EC2 call the
+	// answer waited for, between those calls, and from the last one's
+	// return to the answer.
+	ec2Calls, mutating                   []int
+	own, ownBefore, ownBetween, ownAfter []float64
 }
 
 func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err error) {
@@ -151,10 +175,23 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	if b.c, err = staticip.NewClient(l); err != nil {
 		return err
 	}
+	if awsMode {
+		cfg, err := l.RESTConfig()
+		if err != nil {
+			return err
+		}
+		if b.wc, err = client.NewWithWatch(cfg, client.Options{Scheme: b.c.Scheme()}); err != nil {
+			return err
+		}
+	}
 	pool := netip.PrefixFrom(staticip.Nth(l.Net.Subnet, 96), 28)
 	managerArgs := []string{"--controllers=ip,ippool"}
 	if awsMode {
-		if b.vpc, err = l.StartVPC(ctx, lab.VPCOptions{Addresses: pool, Latency: ec2Lat}); err != nil {
+		o := lab.VPCOptions{Addresses: pool, Latency: ec2Lat}
+		if awsPublic {
+			o.PublicPool, o.PublicRange = benchPublicPool, publicRange(l)
+		}
+		if b.vpc, err = l.StartVPC(ctx, o); err != nil {
 			return err
 		}
 		defer func() { _ = b.vpc.Stop() }()
@@ -189,23 +226,49 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 	}
 	defer pods.Stop()
 
-	provider := ipv1.ProviderL2
+	spec := ipv1.IPPoolSpec{Addresses: []string{pool.String()}, Provider: ipv1.ProviderL2, Failover: ipv1.FailoverMode(failover),
+		// The bench's pods run in default; no other pod may claim.
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}
+	addr := staticip.Nth(l.Net.Subnet, 100)
 	if awsMode {
-		provider = ipv1.ProviderAWS
+		spec.Provider = ipv1.ProviderAWS
 	}
-	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{pool.String()}, Provider: provider, Failover: ipv1.FailoverMode(failover),
-			// The bench's pods run in default; no other pod may claim.
-			Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}}); err != nil {
+	if awsPublic {
+		spec.Addresses, spec.AWS = []string{publicRange(l).String()}, &ipv1.AWSProvider{PublicIPv4Pool: benchPublicPool}
+		addr = staticip.Nth(publicRange(l), 4)
+	}
+	if err := b.c.Create(ctx, &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}, Spec: spec}); err != nil {
 		return err
 	}
-	fmt.Printf("Settings: pool failover %s; ip-agent --lease-duration=%s --renew-interval=%s %s %s; probe every 50 ms, 100 ms timeout\n",
-		failover, leaseDuration, renew, strings.Join(witnessArgs[:2], "="), extraAgentArgs)
+	fmt.Printf("Settings: pool failover %s; ip-agent --lease-duration=%s --renew-interval=%s %s %s; probe every %s, 100 ms timeout\n",
+		failover, leaseDuration, renew, strings.Join(witnessArgs[:2], "="), extraAgentArgs, probeEvery)
 
+	if err := b.c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+		Spec: ipv1.IPSpec{Address: addr.String()}}); err != nil {
+		return err
+	}
+	if err := b.c.Create(ctx, staticip.Deployment("bench", "bench", 2)); err != nil {
+		return err
+	}
 	// Two nodes answering at once during a failover would make its
-	// downtime meaningless: the split detector watches every trial.
-	addr := staticip.Nth(l.Net.Subnet, 100)
-	splits, err := staticip.NewSplitDetector(l.Net, addr)
+	// downtime meaningless: the split detector watches every trial. In
+	// public mode the nodes answer on the Elastic IP's private IP (the
+	// VPC's 1:1 NAT turns it into the Elastic IP), which a move within the
+	// subnet keeps.
+	onLink := addr
+	if awsPublic {
+		ip, err := staticip.WaitIP(ctx, b.c, "bench", 2*time.Minute, func(ip *ipv1.IP) bool {
+			return staticip.Ready(ip) && ip.Status.AWS != nil && ip.Status.AWS.PrivateIP != ""
+		})
+		if err != nil {
+			return err
+		}
+		if onLink, err = netip.ParseAddr(ip.Status.AWS.PrivateIP); err != nil {
+			return err
+		}
+		fmt.Printf("Elastic IP %s, associated with private IP %s\n", addr, onLink)
+	}
+	splits, err := staticip.NewSplitDetector(l.Net, onLink)
 	if err != nil {
 		return err
 	}
@@ -272,11 +335,106 @@ func run(trials, attachTrials int, leaseDuration, renew time.Duration) (err erro
 			stats.Percentile(calls, 50), slices.Max(calls), stats.Percentile(muts, 50), slices.Max(muts), ec2Lat)
 		fmt.Printf("kubext's own time per failover, NodeLost -> first answer minus the latency of the EC2 calls in between (s): p50 %.3f  p99 %.3f  max %.3f\n",
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), slices.Max(b.own))
-		fmt.Printf("provider=aws ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s%s\n",
-			stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
+		if len(b.ownBefore) > 0 {
+			fmt.Printf("  of which (s): NodeLost -> first call p50 %.3f p99 %.3f; between calls p50 %.3f p99 %.3f; last call -> answer p50 %.3f p99 %.3f (includes the probe's interval, %s)\n",
+				stats.Percentile(b.ownBefore, 50), stats.Percentile(b.ownBefore, 99), stats.Percentile(b.ownBetween, 50), stats.Percentile(b.ownBetween, 99),
+				stats.Percentile(b.ownAfter, 50), stats.Percentile(b.ownAfter, 99), probeEvery)
+		}
+		mode := "private"
+		if awsPublic {
+			mode = "public"
+		}
+		fmt.Printf("provider=aws aws_mode=%s ec2_calls_per_failover=%.0f ec2_mutating_per_failover=%.0f ec2_latency_s=%g failover_p50_s=%.2f failover_p99_s=%.2f kubext_own_p50_s=%.3f kubext_own_p99_s=%.3f trials=%d splits=%d split_brain_ms=%d%s%s\n",
+			mode, stats.Percentile(calls, 50), stats.Percentile(muts, 50), ec2Lat.Seconds(), stats.Percentile(downtimes, 50), stats.Percentile(downtimes, 99),
 			stats.Percentile(b.own, 50), stats.Percentile(b.own, 99), len(downtimes), splits.Episodes(), splits.SplitTime().Milliseconds(), stallFields(stalls), partFields)
 	}
 	return nil
+}
+
+// ipTimeline is when the bench's watch saw the IP's status change during a
+// trial: status.node, status.attachedNode and status.aws.node.
+type ipTimeline struct {
+	mu     sync.Mutex
+	events []ipEvent
+	stop   func()
+}
+
+type ipEvent struct {
+	at                      time.Time
+	node, attached, awsNode string
+}
+
+func watchIP(ctx context.Context, wc client.WithWatch, name string) (*ipTimeline, error) {
+	w, err := wc.Watch(ctx, &ipv1.IPList{}, client.MatchingFields{"metadata.name": name})
+	if err != nil {
+		return nil, err
+	}
+	tl := &ipTimeline{stop: w.Stop}
+	go func() {
+		for ev := range w.ResultChan() {
+			ip, ok := ev.Object.(*ipv1.IP)
+			if !ok {
+				continue
+			}
+			e := ipEvent{at: time.Now(), node: ip.Status.Node, attached: ip.Status.AttachedNode}
+			if ip.Status.AWS != nil {
+				e.awsNode = ip.Status.AWS.Node
+			}
+			tl.mu.Lock()
+			tl.events = append(tl.events, e)
+			tl.mu.Unlock()
+		}
+	}()
+	return tl, nil
+}
+
+// describe says when, after lost, the watch first saw the IP placed on
+// another node than old (status.node), claimed there (attachedNode) and
+// routed there by EC2 as verified (status.aws.node).
+func (tl *ipTimeline) describe(lost time.Time, old string) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var placed, claimed, routed time.Time
+	target := ""
+	for _, e := range tl.events {
+		if e.node != "" && e.node != old && placed.IsZero() {
+			placed, target = e.at, e.node
+		}
+		if target != "" && e.attached == target && claimed.IsZero() {
+			claimed = e.at
+		}
+		if target != "" && e.awsNode == target && routed.IsZero() {
+			routed = e.at
+		}
+	}
+	ms := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", t.Sub(lost).Seconds())
+	}
+	return fmt.Sprintf("seen after NodeLost (s): placed %s, claimed %s, EC2 verified %s", ms(placed), ms(claimed), ms(routed))
+}
+
+// splitOwn splits kubext's own time of one failover: NodeLost to the
+// first EC2 call the answer waited for, the gaps between those calls, and
+// the last one's return to the answer; it records the three and describes
+// them.
+func (b *bench) splitOwn(lost, answered time.Time) string {
+	log := b.vpc.EC2.CallLog(lost, answered)
+	if len(log) == 0 {
+		return "no EC2 call before the answer"
+	}
+	before := log[0].Start.Sub(lost)
+	var between time.Duration
+	actions := []string{log[0].Action}
+	for i := 1; i < len(log); i++ {
+		between += max(log[i].Start.Sub(log[i-1].Start.Add(ec2Lat)), 0)
+		actions = append(actions, log[i].Action)
+	}
+	after := answered.Sub(log[len(log)-1].Start.Add(ec2Lat))
+	b.ownBefore, b.ownBetween, b.ownAfter = append(b.ownBefore, before.Seconds()), append(b.ownBetween, between.Seconds()), append(b.ownAfter, after.Seconds())
+	return fmt.Sprintf("NodeLost -> %s %.3f s, between calls %.3f s, last call -> answer %.3f s", strings.Join(actions, ", "), before.Seconds(), between.Seconds(), after.Seconds())
 }
 
 func ints(v []int) []float64 {
@@ -316,13 +474,6 @@ func (b *bench) nodeLostAt(ctx context.Context, name string) (time.Time, error) 
 // failovers kills the holder's node trials times and measures the outage
 // the client sees.
 func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]float64, error) {
-	if err := b.c.Create(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
-		Spec: ipv1.IPSpec{Address: addr.String()}}); err != nil {
-		return nil, err
-	}
-	if err := b.c.Create(ctx, staticip.Deployment("bench", "bench", 2)); err != nil {
-		return nil, err
-	}
 	var downtimes []float64
 	for i := range trials {
 		ip, err := staticip.WaitIP(ctx, b.c, "bench", 2*time.Minute, func(ip *ipv1.IP) bool { return staticip.Ready(ip) && len(ip.Status.Standbys) > 0 })
@@ -341,6 +492,12 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			calls, muts = b.vpc.EC2.TotalCalls(), b.vpc.EC2.Mutating()
 			for _, a := range ec2Actions {
 				byAction[a] = b.vpc.EC2.Calls(a)
+			}
+		}
+		var tl *ipTimeline
+		if b.wc != nil {
+			if tl, err = watchIP(ctx, b.wc, "bench"); err != nil {
+				return nil, err
 			}
 		}
 		if err := b.lab.KillNode(ctx, node); err != nil {
@@ -373,14 +530,21 @@ func (b *bench) failovers(ctx context.Context, trials int, addr netip.Addr) ([]f
 			waited := b.vpc.EC2.CallsBetween(lost, answered)
 			own := answered.Sub(lost) - time.Duration(waited)*ec2Lat
 			b.ec2Calls, b.mutating, b.own = append(b.ec2Calls, calls), append(b.mutating, muts), append(b.own, own.Seconds())
+			split := b.splitOwn(lost, answered)
+			if tl != nil {
+				split += "; " + tl.describe(lost, node)
+			}
 			var made []string
 			for _, a := range ec2Actions {
 				if n := b.vpc.EC2.Calls(a) - byAction[a]; n > 0 {
 					made = append(made, fmt.Sprintf("%s x%d", a, n))
 				}
 			}
-			fmt.Printf("          EC2: %d calls (%d mutating: %s), %d before the answer; NodeLost -> answer %.3f s, kubext's own %.3f s\n",
-				calls, muts, strings.Join(made, ", "), waited, answered.Sub(lost).Seconds(), own.Seconds())
+			fmt.Printf("          EC2: %d calls (%d mutating: %s), %d before the answer; NodeLost -> answer %.3f s, kubext's own %.3f s (%s)\n",
+				calls, muts, strings.Join(made, ", "), waited, answered.Sub(lost).Seconds(), own.Seconds(), split)
+		}
+		if tl != nil {
+			tl.stop()
 		}
 		// Bring the node back and replace its pod, so the next trial has a
 		// standby again.
@@ -460,23 +624,46 @@ type answer struct {
 func startProbe(clientNS string, addr netip.Addr) *probe {
 	p := &probe{results: make(chan answer, 4096), stop: make(chan struct{})}
 	go func() {
-		_ = labnet.Do(clientNS, func() error {
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-p.stop:
-					close(p.results)
-					return nil
-				case <-tick.C:
-				}
-				who, _ := staticip.Ask(addr, 100*time.Millisecond)
-				select {
-				case p.results <- answer{at: time.Now(), who: who}:
-				default:
-				}
+		// With -provider aws an ask does not wait for the one before (an
+		// ask sent just before the address answers again times out, and
+		// the next must not wait for that), so that kubext's own time is
+		// not hidden by the probe's. An ask nobody answered counts from
+		// when it was sent, one answered from its answer.
+		var asks sync.WaitGroup
+		defer func() {
+			asks.Wait()
+			close(p.results)
+		}()
+		tick := time.NewTicker(probeEvery)
+		defer tick.Stop()
+		ask := func() {
+			sent := time.Now()
+			who, _ := staticip.AskFrom(clientNS, addr, 100*time.Millisecond)
+			a := answer{at: time.Now(), who: who}
+			if who == "" {
+				a.at = sent
 			}
-		})
+			select {
+			case p.results <- a:
+			default:
+			}
+		}
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+			if !awsMode {
+				ask()
+				continue
+			}
+			asks.Add(1)
+			go func() {
+				defer asks.Done()
+				ask()
+			}()
+		}
 	}()
 	return p
 }
@@ -492,7 +679,7 @@ func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (
 		case a := <-p.results:
 			switch {
 			case a.who == holder && a.at.Before(killed):
-				lastHolder = a.at
+				lastHolder = later(lastHolder, a.at)
 			case a.who != "" && a.who != holder && a.at.After(killed):
 				if lastHolder.IsZero() {
 					lastHolder = killed
@@ -503,6 +690,13 @@ func (p *probe) outage(killed time.Time, holder string, timeout time.Duration) (
 			return 0, "", time.Time{}, fmt.Errorf("no other pod answered within %s of the kill", timeout)
 		}
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func podIsReady(p *corev1.Pod) bool {

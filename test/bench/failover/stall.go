@@ -156,5 +156,7 @@ func (p *probe) drain() []answer {
 	for a := range p.results {
 		out = append(out, a)
 	}
+	// Overlapping asks (-provider aws) may return out of order.
+	slices.SortStableFunc(out, func(x, y answer) int { return x.at.Compare(y.at) })
 	return out
 }

@@ -83,8 +83,11 @@ type Double struct {
 	next      int
 	calls     map[string]int
 	faults    map[string][]error
-	// started are the start times of the calls, for CallsBetween.
-	started []time.Time
+	// started are the calls in the order they started, for CallsBetween
+	// and CallLog.
+	started []Call
+	// changed is signalled after every mutating call (Changes).
+	changed chan struct{}
 
 	// EIPQuota is the number of Elastic IPs the account may hold (default 5,
 	// EC2's default per region).
@@ -103,7 +106,24 @@ type Double struct {
 func New() *Double {
 	return &Double{subnets: map[string]*subnet{}, enis: map[string]*eni{}, instances: map[string][]string{},
 		eips: map[string]*eip{}, pools: map[string][]netip.Prefix{}, calls: map[string]int{}, faults: map[string][]error{},
-		EIPQuota: 5, IPLimit: 15}
+		changed: make(chan struct{}, 1), EIPQuota: 5, IPLimit: 15}
+}
+
+// Call is one call as the double saw it.
+type Call struct {
+	Action string
+	Start  time.Time
+}
+
+// Changes is signalled after a mutating call returns (at most one signal
+// is pending), so that a model of the network can follow EC2 at once.
+func (d *Double) Changes() <-chan struct{} { return d.changed }
+
+func (d *Double) notify() {
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
 }
 
 // APIError is an error as the SDK reports one EC2 returned.
@@ -234,12 +254,26 @@ func (d *Double) CallsBetween(from, to time.Time) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := 0
-	for _, t := range d.started {
-		if !t.Before(from) && !t.Add(d.Latency).After(to) {
+	for _, c := range d.started {
+		if !c.Start.Before(from) && !c.Start.Add(d.Latency).After(to) {
 			n++
 		}
 	}
 	return n
+}
+
+// CallLog returns the calls CallsBetween counts, in the order they
+// started; each returned Latency after its start.
+func (d *Double) CallLog(from, to time.Time) []Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []Call
+	for _, c := range d.started {
+		if !c.Start.Before(from) && !c.Start.Add(d.Latency).After(to) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // TotalCalls returns how many calls were made, of every action, failed
@@ -335,7 +369,7 @@ func (d *Double) begin(ctx context.Context, action string) error {
 	d.mu.Lock()
 	d.calls[action]++
 	if len(d.started) < maxStarted {
-		d.started = append(d.started, time.Now())
+		d.started = append(d.started, Call{Action: action, Start: time.Now()})
 	}
 	var err error
 	if q := d.faults[action]; len(q) > 0 {
@@ -430,6 +464,7 @@ func (d *Double) getENI(id string) (*eni, error) {
 // ENI. Like EC2, it fails the whole request when any address cannot be
 // assigned, and reassignment carries an associated Elastic IP along.
 func (d *Double) AssignPrivateIpAddresses(ctx context.Context, in *ec2.AssignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.AssignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
+	defer d.notify()
 	if err := d.begin(ctx, "AssignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
@@ -505,6 +540,7 @@ func (d *Double) assigned(e *eni, ips []string) *ec2.AssignPrivateIpAddressesOut
 // associated with one is disassociated, as on EC2. Stricter than EC2 might
 // be: any address the ENI does not hold as a secondary fails the request.
 func (d *Double) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.UnassignPrivateIpAddressesInput, _ ...func(*ec2.Options)) (*ec2.UnassignPrivateIpAddressesOutput, error) { //nolint:revive // the SDK names it so
+	defer d.notify()
 	if err := d.begin(ctx, "UnassignPrivateIpAddresses"); err != nil {
 		return nil, err
 	}
@@ -532,6 +568,7 @@ func (d *Double) UnassignPrivateIpAddresses(ctx context.Context, in *ec2.Unassig
 // needs a pool (EC2 also allows Address alone to recover a released
 // Amazon-owned address), and without a pool it hands out from 198.51.100.0/24.
 func (d *Double) AllocateAddress(ctx context.Context, in *ec2.AllocateAddressInput, _ ...func(*ec2.Options)) (*ec2.AllocateAddressOutput, error) {
+	defer d.notify()
 	if err := d.begin(ctx, "AllocateAddress"); err != nil {
 		return nil, err
 	}
@@ -577,6 +614,7 @@ func (d *Double) AllocateAddress(ctx context.Context, in *ec2.AllocateAddressInp
 // (its primary when none is given). Looser than EC2: InstanceId and PublicIp
 // (EC2-Classic style) are not supported and refused.
 func (d *Double) AssociateAddress(ctx context.Context, in *ec2.AssociateAddressInput, _ ...func(*ec2.Options)) (*ec2.AssociateAddressOutput, error) {
+	defer d.notify()
 	if err := d.begin(ctx, "AssociateAddress"); err != nil {
 		return nil, err
 	}
@@ -612,6 +650,7 @@ func (d *Double) AssociateAddress(ctx context.Context, in *ec2.AssociateAddressI
 
 // DisassociateAddress removes an association by its ID.
 func (d *Double) DisassociateAddress(ctx context.Context, in *ec2.DisassociateAddressInput, _ ...func(*ec2.Options)) (*ec2.DisassociateAddressOutput, error) {
+	defer d.notify()
 	if err := d.begin(ctx, "DisassociateAddress"); err != nil {
 		return nil, err
 	}
@@ -627,6 +666,7 @@ func (d *Double) DisassociateAddress(ctx context.Context, in *ec2.DisassociateAd
 
 // ReleaseAddress releases an Elastic IP that is not associated.
 func (d *Double) ReleaseAddress(ctx context.Context, in *ec2.ReleaseAddressInput, _ ...func(*ec2.Options)) (*ec2.ReleaseAddressOutput, error) {
+	defer d.notify()
 	if err := d.begin(ctx, "ReleaseAddress"); err != nil {
 		return nil, err
 	}
