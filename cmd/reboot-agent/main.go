@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/version"
@@ -57,6 +58,10 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&hbDuration, "heartbeat-duration", rebootagent.DefaultHeartbeatDuration,
 		"Lease duration of the heartbeat (whole seconds): how long the controller waits for a renewal before it approves nothing more on the node.")
 	fs.DurationVar(&hbInterval, "heartbeat-interval", rebootagent.DefaultHeartbeatInterval, "How often the heartbeat is renewed.")
+	var ledgerNamespace, ledgerName string
+	fs.StringVar(&ledgerNamespace, "reboot-ledger-namespace", "",
+		`Namespace of the reboot controller's approvals ledger (the manager's --heartbeat-namespace). An order is carried out only when the ledger holds the approval the node shows ("" = trust the node's annotations alone).`)
+	fs.StringVar(&ledgerName, "reboot-ledger-name", rebootv1.DefaultLedgerName, "Name of the approvals ledger ConfigMap (the manager's --reboot-ledger-name).")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")
 	opts := zap.Options{Development: true}
@@ -111,6 +116,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	a.Client, a.Cache, a.Recorder = mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("reboot-agent")
+	if ledgerNamespace != "" {
+		a.Ledger = &rebootagent.Ledger{Reader: mgr.GetAPIReader(), Namespace: ledgerNamespace, Name: ledgerName}
+	}
 	if err := a.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -138,6 +146,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	ctrl.Log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile,
-		"heartbeatNamespace", hbNamespace)
+		"heartbeatNamespace", hbNamespace, "ledger", ledgerNamespace+"/"+ledgerName)
 	return mgr.Start(ctx)
 }

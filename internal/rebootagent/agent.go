@@ -59,7 +59,47 @@ const (
 	ReasonRebooting           = "Rebooting"
 	ReasonRebootCommandFailed = "RebootCommandFailed"
 	ReasonSentinelStale       = "SentinelStale"
+	ReasonUntracedOrder       = "UntracedOrder"
 )
+
+// untracedRetry is how soon an order the ledger does not hold is looked at
+// again (the ledger is read from the API server, so a retry sees a grant as
+// soon as it is there; the controller writes it before the order).
+const untracedRetry = 10 * time.Second
+
+// Ledger is where an agent traces an order to the reboot controller: its
+// approvals ledger (api/reboot/v1alpha1, ledger.go), read by name from the
+// API server, never from a cache.
+type Ledger struct {
+	Reader    client.Reader
+	Namespace string
+	Name      string
+}
+
+// approves reports whether the ledger holds the approval node shows, and
+// why not.
+func (l *Ledger) approves(ctx context.Context, node *corev1.Node) (bool, string, error) {
+	cm := &corev1.ConfigMap{}
+	err := l.Reader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm)
+	if apierrors.IsNotFound(err) {
+		return false, "there is no ledger", nil
+	}
+	if err != nil {
+		return false, "", fmt.Errorf("reading the reboot ledger %s/%s: %w", l.Namespace, l.Name, err)
+	}
+	slots, err := rebootv1.ParseLedger(cm.Data)
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	s, ok := slots[node.Name]
+	if !ok {
+		return false, "it holds no slot for this node", nil
+	}
+	if approval := node.Annotations[rebootv1.AnnotationInProgress]; s.Approval != approval {
+		return false, fmt.Sprintf("its slot for this node was approved at %s, the node shows %q", s.Approval, approval), nil
+	}
+	return true, "", nil
+}
 
 // Agent is the reboot agent of one node. It watches only its own Node
 // (CacheOptions) and acts only once the cache has synced.
@@ -84,13 +124,21 @@ type Agent struct {
 	// BootTime returns when the machine booted, on the clock of file
 	// modification times (nil when unknown: then no sentinel is stale).
 	BootTime func() (time.Time, error)
+	// Ledger, when set, is the reboot controller's approvals ledger: an
+	// order is carried out only when the ledger holds the approval the node
+	// shows. nil trusts the node's annotations alone (the admission policy
+	// config/policy/reboot-order.yaml is then the only guard).
+	Ledger *Ledger
 
 	mu    sync.Mutex
 	tried attempts
 	// staleReported is the modification time of the stale sentinel last
 	// reported, so that it is reported once.
 	staleReported time.Time
-	synced        atomic.Bool
+	// untracedReported is the order (approval and now) last reported as
+	// untraced, so that it is reported once.
+	untracedReported string
+	synced           atomic.Bool
 }
 
 // CacheOptions restricts the manager's cache to the agent's own Node: the
@@ -152,6 +200,16 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 		}
 		return ctrl.Result{}, nil
 	}
+	if a.Ledger != nil {
+		traced, why, err := a.Ledger.approves(ctx, node)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !traced {
+			a.reportUntraced(ctx, node, why)
+			return ctrl.Result{RequeueAfter: untracedRetry}, nil
+		}
+	}
 	a.mu.Lock()
 	run, retryIn := a.tried.due(order.BootID, time.Now())
 	a.mu.Unlock()
@@ -182,6 +240,24 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 	// controller verifies.
 	log.Info("Reboot started", "output", out)
 	return ctrl.Result{}, nil
+}
+
+// reportUntraced says once per order that it is not carried out: an order
+// the reboot controller's ledger does not hold was written by someone else.
+func (a *Agent) reportUntraced(ctx context.Context, node *corev1.Node, why string) {
+	key := node.Annotations[rebootv1.AnnotationInProgress] + "/" + node.Annotations[rebootv1.AnnotationNow]
+	a.mu.Lock()
+	first := a.untracedReported != key
+	a.untracedReported = key
+	a.mu.Unlock()
+	ctrl.LoggerFrom(ctx).Info("Not rebooting: the order is not in the reboot controller's approvals ledger",
+		"ledger", a.Ledger.Namespace+"/"+a.Ledger.Name, "why", why)
+	if first {
+		a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonUntracedOrder, "Reboot",
+			"Not rebooting: the reboot order on this node (approved at %q, now %q) is not in the reboot controller's approvals ledger %s/%s (%s); "+
+				"reboots are ordered by the reboot controller only: ask with `kubectl kubext reboot NODE`",
+			node.Annotations[rebootv1.AnnotationInProgress], node.Annotations[rebootv1.AnnotationNow], a.Ledger.Namespace, a.Ledger.Name, why)
+	}
 }
 
 func (a *Agent) localBootID() (string, error) {

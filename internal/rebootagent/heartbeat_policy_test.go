@@ -83,7 +83,7 @@ func TestAgentMayOnlyRenewItsOwnHeartbeat(t *testing.T) {
 // the Role in config/reboot-agent/rbac.yaml in namespace ns.
 func grantAgentHeartbeatRBAC(t *testing.T, g Gomega, ns string) {
 	t.Helper()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns}, Rules: agentRules(g, "Role")}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns}, Rules: agentRules(g, "Role", "reboot-agent-heartbeat")}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent-heartbeat", Namespace: ns},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "kubext-reboot-agent"}}}

@@ -39,9 +39,9 @@ func agentConfig(node string) *rest.Config {
 	return cfg
 }
 
-// agentRules are the rules of the Role or ClusterRole (kind) in
+// agentRules are the rules of the Role or ClusterRole (kind) named name in
 // config/reboot-agent/rbac.yaml, the ones deployed.
-func agentRules(g Gomega, kind string) []rbacv1.PolicyRule {
+func agentRules(g Gomega, kind, name string) []rbacv1.PolicyRule {
 	root, err := lab.RepoRoot()
 	g.Expect(err).NotTo(HaveOccurred())
 	data, err := os.ReadFile(filepath.Join(root, "config", "reboot-agent", "rbac.yaml"))
@@ -54,11 +54,11 @@ func agentRules(g Gomega, kind string) []rbacv1.PolicyRule {
 			break
 		}
 		g.Expect(err).NotTo(HaveOccurred())
-		if role.Kind == kind {
+		if role.Kind == kind && role.Name == name {
 			return role.Rules
 		}
 	}
-	g.Expect(false).To(BeTrue(), "no %s in config/reboot-agent/rbac.yaml", kind)
+	g.Expect(false).To(BeTrue(), "no %s %s in config/reboot-agent/rbac.yaml", kind, name)
 	return nil
 }
 
@@ -75,7 +75,7 @@ func createAll(t *testing.T, g Gomega, objs ...client.Object) {
 // ClusterRole in config/reboot-agent/rbac.yaml, the one deployed.
 func grantAgentRBAC(t *testing.T, g Gomega) {
 	t.Helper()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: agentRules(g, "ClusterRole")}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"}, Rules: agentRules(g, "ClusterRole", "reboot-agent")}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-reboot-agent"},
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kubext-system", Name: "kubext-reboot-agent"},

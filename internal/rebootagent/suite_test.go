@@ -95,9 +95,9 @@ func testCommand(dir string) Command {
 }
 
 // startAgent runs the agent of node with cfg as cmd/reboot-agent wires it,
-// with its sentinel file in dir, until ctx ends. It returns the agent's
-// Event recorder.
-func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Rebooter) (*countingRecorder, error) {
+// with its sentinel file in dir, until ctx ends; configure, if any, sets
+// what the flags would. It returns the agent's Event recorder.
+func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Rebooter, configure ...func(*Agent, ctrl.Manager)) (*countingRecorder, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -118,6 +118,9 @@ func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Reboo
 		SentinelFile:     filepath.Join(dir, node+"-reboot-required"),
 		SentinelInterval: sentinelInterval,
 		BootTime:         HostBootTime,
+	}
+	for _, c := range configure {
+		c(a, mgr)
 	}
 	if err := a.SetupWithManager(mgr); err != nil {
 		return nil, err

@@ -91,6 +91,9 @@ func (l *Lab) StartRebootAgent(ctx context.Context, node string, args ...string)
 		// A simulated node has no kernel of its own: its boot ID is only
 		// in the Node's status.
 		"--boot-id-file=",
+		// Orders are carried out only when the reboot controller's
+		// approvals ledger holds them, as deployed.
+		"--reboot-ledger-namespace", SystemNamespace,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
 	}, l.RebootCommandArgs(node, 0)...), args...)
 	p, err := l.Start("reboot-agent-"+node, "", filepath.Join(l.BinDir, "reboot-agent"), args)

@@ -56,24 +56,14 @@ import (
 
 // DefaultLedgerName is the ConfigMap holding the approvals ledger, in the
 // controller's namespace, unless Reconciler.LedgerName says otherwise.
-const DefaultLedgerName = "kubext-reboot-ledger"
+const DefaultLedgerName = rebootv1.DefaultLedgerName
 
 // ledgerKey is the ConfigMap key holding the slots as JSON.
-const ledgerKey = "slots"
+const ledgerKey = rebootv1.LedgerKey
 
-// slot is one granted slot, by node name.
-type slot struct {
-	Group string `json:"group"`
-	// Approval is the approval's timestamp, written to the node as
-	// reboot.kubext.io/in-progress.
-	Approval string `json:"approval"`
-	// NodeResourceVersion is the node's resourceVersion the grant was
-	// decided from: its patch is conditional on it.
-	NodeResourceVersion string `json:"nodeResourceVersion"`
-	ControlPlane        bool   `json:"controlPlane,omitempty"`
-	// Confirmed is set once the approval was seen on the node.
-	Confirmed bool `json:"confirmed,omitempty"`
-}
+// slot is one granted slot, by node name (api/reboot/v1alpha1: the
+// reboot-agents read the ledger too).
+type slot = rebootv1.LedgerSlot
 
 // ledger is the ledger as read.
 type ledger struct {
@@ -92,16 +82,13 @@ func (r *Reconciler) readLedger(ctx context.Context) (*ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the reboot ledger %s/%s: %w", r.LedgerNamespace, r.LedgerName, err)
 	}
-	l := &ledger{object: cm, slots: map[string]slot{}}
-	if data := cm.Data[ledgerKey]; data != "" {
-		if err := json.Unmarshal([]byte(data), &l.slots); err != nil {
-			// Never guess at a damaged budget: approve nothing until a
-			// person looks (the Event and error say where).
-			return nil, fmt.Errorf("the reboot ledger %s/%s is not valid JSON (%w); no reboot is approved until it is fixed or deleted",
-				r.LedgerNamespace, r.LedgerName, err)
-		}
+	slots, err := rebootv1.ParseLedger(cm.Data)
+	if err != nil {
+		// Never guess at a damaged budget: approve nothing until a person
+		// looks (the Event and error say where).
+		return nil, fmt.Errorf("%s/%s: %w; no reboot is approved until it is fixed or deleted", r.LedgerNamespace, r.LedgerName, err)
 	}
-	return l, nil
+	return &ledger{object: cm, slots: slots}, nil
 }
 
 // writeLedger replaces the ledger's slots, conditional on the version read;
