@@ -115,16 +115,20 @@ func TestRedisPrimaryNodeRebootedByKubext(t *testing.T) {
 	}
 	g.Expect(lost).To(BeEmpty(), "acknowledged writes lost in the reboot's switchover (of %d)", len(seqs))
 
-	// The handover came from the cordon, before the eviction.
-	events := &eventsv1.EventList{}
-	g.Expect(c.List(ctx, events, client.InNamespace("default"))).To(Succeed())
+	// The handover came from the cordon, before the eviction. Events are
+	// written asynchronously by the manager's event broadcaster, behind
+	// every Event before them: wait for it a little.
 	var handover string
-	for _, e := range events.Items {
-		if e.Regarding.Kind == "Redis" && e.Regarding.Name == rd.Name && e.Reason == "HandingOver" {
-			handover = e.Note
+	g.Eventually(func(g Gomega) {
+		events := &eventsv1.EventList{}
+		g.Expect(c.List(ctx, events, client.InNamespace("default"))).To(Succeed())
+		for _, e := range events.Items {
+			if e.Regarding.Kind == "Redis" && e.Regarding.Name == rd.Name && e.Reason == "HandingOver" {
+				handover = e.Note
+			}
 		}
-	}
-	g.Expect(handover).To(ContainSubstring(fmt.Sprintf("Primary %s is about to be evicted (node %s is cordoned)", primary.Name, node)))
+		g.Expect(handover).To(ContainSubstring(fmt.Sprintf("Primary %s is about to be evicted (node %s is cordoned)", primary.Name, node)))
+	}, 15*time.Second, 250*time.Millisecond).Should(Succeed())
 	t.Logf("planned reboot: %d acknowledged writes, none lost; longest write gap %s; %s",
 		len(seqs), acked.maxGap(), strings.TrimSpace(handover))
 }
