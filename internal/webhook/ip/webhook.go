@@ -30,8 +30,9 @@ import (
 // webhook server. The pool webhook lists the pools from the API server:
 // two pools created one right after the other (a GitOps sync) must see
 // each other, and the cache may not have the first yet; pools are few and
-// created rarely. The IP webhook reads them through the cache: IPs are
-// many, and a pool is seldom created the moment before its IPs.
+// created rarely. The IP webhook reads them through the cache (IPs are
+// many), and reads them again from the API server before it refuses an IP:
+// its pool may have been created the moment before.
 func SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewWebhookManagedBy(mgr, &ipv1.IPPool{}).
 		WithValidator(&poolsValidator[*ipv1.IPPool]{
@@ -46,8 +47,9 @@ func SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &ipv1.IP{}).
 		WithValidator(&poolsValidator[*ipv1.IP]{
-			reader: mgr.GetClient(),
-			check:  checkIPAddress,
+			reader:  mgr.GetClient(),
+			confirm: mgr.GetAPIReader(),
+			check:   checkIPAddress,
 			// Other updates pass: an IP whose pool shrank since it was
 			// created must stay editable and deletable (its finalizer removed).
 			changed: func(old, ip *ipv1.IP) bool {
@@ -67,7 +69,9 @@ func SetupWithManager(mgr ctrl.Manager) error {
 // update when changed says the fields the check reads have changed.
 // Deletes always pass: the pool finalizer guards pools in use.
 type poolsValidator[T runtime.Object] struct {
-	reader  client.Reader
+	reader client.Reader
+	// confirm, if set, is read again before a refusal (reader is a cache).
+	confirm client.Reader
 	check   func(T, []ipv1.IPPool) error
 	changed func(old, obj T) bool
 }
@@ -93,6 +97,16 @@ func (v *poolsValidator[T]) ValidateDelete(context.Context, T) (admission.Warnin
 func (v *poolsValidator[T]) validate(ctx context.Context, obj T) error {
 	pools := &ipv1.IPPoolList{}
 	if err := v.reader.List(ctx, pools); err != nil {
+		return err
+	}
+	err := v.check(obj, pools.Items)
+	if err == nil || v.confirm == nil {
+		return err
+	}
+	// Refused from the cache: the pool that allows obj may have been
+	// created a moment ago (a GitOps sync applies a pool and its IPs back
+	// to back), so ask the API server before saying no.
+	if err := v.confirm.List(ctx, pools); err != nil {
 		return err
 	}
 	return v.check(obj, pools.Items)

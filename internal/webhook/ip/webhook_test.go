@@ -173,6 +173,23 @@ func TestWebhooks(t *testing.T) {
 		createEventually(t, ip("203.0.113.200", ""),
 			`spec.address: 203.0.113.200 is in no IPPool; create one that contains it or name one in spec.pool`)
 	})
+	t.Run("an IP created right after its pool is accepted at once", func(t *testing.T) {
+		// The IP webhook reads pools from the cache, and again from the
+		// API server before it refuses: a pool and its IPs applied back to
+		// back (a GitOps sync) must go in. No retry here, five times over
+		// (the deployed suite failed on this in CI before the re-read).
+		g := NewWithT(t)
+		ctx := context.Background()
+		for i := range 5 {
+			pool := newPool(fmt.Sprintf("ipburst-%d", i), fmt.Sprintf("203.0.113.%d/29", 64+8*i))
+			g.Expect(k.Create(ctx, pool)).To(Succeed())
+			t.Cleanup(func() { _ = k.Delete(ctx, pool) })
+			addr := ip(fmt.Sprintf("203.0.113.%d", 64+8*i+1), "")
+			addr.Name = fmt.Sprintf("ipburst-%d", i)
+			g.Expect(k.Create(ctx, addr)).To(Succeed(), "round %d", i)
+			t.Cleanup(func() { _ = k.Delete(ctx, addr) })
+		}
+	})
 	t.Run("IP naming a missing pool is accepted", func(t *testing.T) {
 		i := ip("203.0.113.200", "later")
 		i.Name = "waits-for-pool"
