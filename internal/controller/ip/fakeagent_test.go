@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,6 +32,9 @@ type fakeAgent struct {
 	// gen, when set, is the generation it holds IPs that name witnesses
 	// in (Witness failover).
 	gen int64
+	// noClaim holds back its claims (an agent slow to claim: waiting for
+	// its witnesses, or its write delayed).
+	noClaim atomic.Bool
 }
 
 // startAgent runs a fake agent until the test ends or stop is called.
@@ -100,7 +104,7 @@ func (a *fakeAgent) converge(ctx context.Context) {
 		ip := &ips.Items[i]
 		orig := ip.DeepCopy()
 		switch {
-		case ip.Status.Node == a.node && ip.Status.AttachedNode == "" && a.holderHere(ctx, ip):
+		case ip.Status.Node == a.node && ip.Status.AttachedNode == "" && !a.noClaim.Load() && a.holderHere(ctx, ip):
 			ip.Status.AttachedNode = a.node
 			if a.gen > 0 && len(ip.Status.Witnesses) > 0 {
 				ip.Status.AttachedGeneration = a.gen

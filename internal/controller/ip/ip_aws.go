@@ -17,6 +17,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	awsprov "github.com/kubext/kubext/internal/provider/aws"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // AWSProvider moves addresses in EC2 for pools with provider aws
@@ -144,9 +145,11 @@ func record(st *ipv1.AWSStatus, att awsprov.Attachment) {
 type ec2Failure struct{ reason, message string }
 
 // attachEC2 moves the address to node's network interface in EC2 and
-// verifies it there. It is called only once the agent on node has claimed
-// the IP (status.attachedNode): EC2 then follows the claim, and a node
-// that lost its claim (a stale holder) is never given the address back.
+// verifies it there. It is called for the node of a new hold as soon as
+// the hold is on record (leadInEC2), and again once the agent on node has
+// claimed the IP (status.attachedNode), which finds the move done; EC2
+// follows the holds the controller records, so a node that lost its hold
+// (a stale holder) is never given the address back.
 // Nil when EC2 shows the address routed to node.
 func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *ec2Failure {
 	st := ip.Status.AWS
@@ -207,6 +210,38 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 				addr.IP, st.AllocationID, st.PrivateIP, st.NetworkInterfaceID, st.InstanceID, node, st.AssociationID)
 		}
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "EC2Attached", "Attach", "EC2 verified: %s", what)
+	}
+	return nil
+}
+
+// leadInEC2 moves an aws IP in EC2 as soon as a new hold is on record,
+// rather than once the new holder's agent has claimed it: the claim (the
+// agent's witness check and its write) then runs while EC2 moves the
+// address, instead of before, which takes it off every failover's path.
+//
+// It is as safe as following the claim. The placement it follows was
+// written conditionally on the version it was decided from, and the
+// controller places a new hold only once no other node may answer (the
+// old holder let go, or is provably fenced: its Lease confirmed expired by
+// the API server, or a quorum of its witnesses declared it silent), which
+// is also all the claim would have waited for; EC2 itself then routes the
+// address to one network interface at a time. What EC2 gives a node whose
+// agent never claims is taken away by the next placement, which EC2 again
+// follows. A manager that dies between the move and its record finds it
+// by describing, as after any other interrupted move.
+func (r *Reconciler) leadInEC2(ctx context.Context, ip *ipv1.IP, status *statuspatch.Patcher[*ipv1.IP], wasOn string) error {
+	node, st := ip.Status.Node, ip.Status.AWS
+	if r.AWS == nil || st == nil || node == "" || node == wasOn || ip.Status.AttachedNode != "" || st.Node == node {
+		return nil
+	}
+	summarize(ip)
+	if err := status.PatchUnfinished(ctx, ip); err != nil {
+		return err
+	}
+	if ec2 := r.attachEC2(ctx, ip, node); ec2 != nil {
+		// The claim's reconcile tries again; its failure waits ec2Retry.
+		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			Reason: ec2.reason, Message: ec2.message})
 	}
 	return nil
 }

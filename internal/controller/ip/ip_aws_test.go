@@ -103,6 +103,47 @@ func TestAWSPrivateMoveFailoverAndDelete(t *testing.T) {
 	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: addr}, &networkingv1.IPAddress{}) }, testenv.WaitFor).ShouldNot(Succeed())
 }
 
+// EC2 follows the placement, not the claim: once the old holder is lost
+// and the standby's node is on record, EC2 moves the address while the
+// standby's agent still has to claim it (its witness check and its write
+// are off the failover's path). Until the holder is lost, EC2 does not
+// move it, standby or not.
+func TestAWSMovesInEC2BeforeTheClaim(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.awsPool(pool, "10.0.200.24/29", false)
+	n1, eni1 := f.awsNode(f.name("a"))
+	n2, eni2 := f.awsNode(f.name("b"))
+	a1 := startAgent(t, n1)
+	a2 := startAgent(t, n2)
+	a2.noClaim.Store(true)
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("first"), name, n1, "192.0.2.121")
+	addr := f.readyOn(name, n1, eni1).Status.Address
+	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
+	f.pod(f.name("second"), name, n2, "192.0.2.122")
+	f.G.Eventually(func() []string { return f.ip(name).Status.Standbys }, testenv.WaitFor).Should(HaveLen(1))
+	f.G.Consistently(func() []string { return ec2d.Holders(addr) }, time.Second, 50*time.Millisecond).
+		Should(Equal([]string{eni1}), "moved away from a live holder")
+
+	before := ec2d.Mutating()
+	a1.stop()
+	f.G.Eventually(func(g Gomega) {
+		g.Expect(ec2d.Holders(addr)).To(Equal([]string{eni2}))
+		ip := f.ip(name)
+		g.Expect(ip.Status.Node).To(Equal(n2))
+		g.Expect(ip.Status.AWS.Node).To(Equal(n2), "the move is on record")
+	}, testenv.WaitFor).Should(Succeed())
+	ip := f.ip(name)
+	f.G.Expect(ip.Status.AttachedNode).To(BeEmpty(), "moved in EC2 before the claim")
+	f.G.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse), "Ready only once the agent confirms")
+
+	a2.noClaim.Store(false)
+	f.readyOn(name, n2, eni2)
+	f.G.Expect(ec2d.Holders(addr)).To(Equal([]string{eni2}))
+	f.G.Expect(ec2d.Mutating()-before).To(Equal(1), "the claim makes no second move")
+}
+
 // Public mode: an Elastic IP is allocated from the BYOIP pool, tagged,
 // associated with a secondary private IP of the holder's ENI, and
 // re-associated on a hand-over with at most two mutating calls; delete
@@ -255,8 +296,8 @@ func TestAWSFailureBecomesCondition(t *testing.T) {
 	f.awsPool(pool, "10.0.200.8/29", false)
 	n1, eni1 := f.awsNode(f.name("a"))
 	assigns := ec2d.Calls("AssignPrivateIpAddresses")
-	// Refused at the claim and again at the agent's confirmation; the
-	// retry after that waits ec2Retry.
+	// Refused at the placement and again at the agent's claim; the
+	// confirmation's reconcile or the retry after ec2Retry succeeds.
 	denied := ec2double.APIError("UnauthorizedOperation", "You are not authorized to perform this operation.")
 	ec2d.Fail("AssignPrivateIpAddresses", denied, denied)
 	startAgent(t, n1)

@@ -118,6 +118,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		summarize(ip)
 		reterr = errors.Join(reterr, status.Patch(ctx, ip, reterr))
 	}()
+	wasOn := ip.Status.Node
 	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
 		// Waiting for an address (freed, pool created or grown) or for the
 		// old one to be let go: the watches bring it back; this is the
@@ -127,7 +128,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{RequeueAfter: r.retryAfter(ip)}, nil
 	}
-	return r.reconcilePlacement(ctx, ip)
+	res, err := r.reconcilePlacement(ctx, ip)
+	if err != nil {
+		return res, err
+	}
+	return res, r.leadInEC2(ctx, ip, status, wasOn)
 }
 
 // allocationRetry is the backstop for IPs waiting for an address.

@@ -140,8 +140,9 @@ func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) 
 
 // place points status.node at the holder's node when no other node is
 // attached, and sets the Attached condition. It returns false while it
-// waits for another node to let go. For an aws pool it also moves the
-// address in EC2 once the holder's agent has claimed it, and takes it off
+// waits for another node to let go. For an aws pool it also makes sure
+// EC2 routes the address to the holder once its agent has claimed it
+// (leadInEC2 has usually moved it before the claim), and takes it off
 // every node in EC2 once none may answer; ec2 is EC2's failure, if any.
 func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) (placed bool, ec2 *ec2Failure, err error) {
 	aws := r.AWS != nil && isAWS(ip, pool)
@@ -170,7 +171,8 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 	if aws {
 		switch {
 		case target != "" && ip.Status.AttachedNode == target:
-			// Claim before program: EC2 follows the agent's claim.
+			// Usually already moved when the hold was recorded
+			// (leadInEC2); this verifies, or retries a failed move.
 			if ec2 = r.attachEC2(ctx, ip, target); ec2 == nil {
 				r.preResolve(ctx, ip, standbyNodes(h, target))
 			}
