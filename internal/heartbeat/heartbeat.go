@@ -243,11 +243,16 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	}
 	h.mu.Unlock()
 	if left <= 0 {
-		// The hold lapsed before this renewal started: whatever the write
-		// does, the agent must fence first (not every client checks an
-		// expired context before it sends).
+		// The hold lapsed before this renewal started (the check has not
+		// run yet): whatever the write does, the agent must fence first
+		// (not every client checks an expired context before it sends),
+		// and OnLost is queued before the OnRegained of the write below.
+		// The write is still made, as for any renewal after a lapse: a
+		// woken one carries news (a witness's declaration, which the
+		// controller waits for to fail over) that must not wait for the
+		// next tick, eight seconds away when idle.
 		h.checkLapse()
-		return
+		left = h.cfg.FenceAfter
 	}
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
