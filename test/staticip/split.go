@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/packet"
@@ -31,8 +34,11 @@ import (
 //     there does not silence it (owned but no longer held: see
 //     internal/netconf/gate.go; the sending check below shows the gate
 //     does silence it);
-//   - sending: more than one node sends as the address within one sample,
-//     as seen on the wire from the client namespace (the partner's place):
+//   - sending: more than one node sends as the address within one sample
+//     interval of each other, by the kernel's receive timestamps of the
+//     frames as seen on the wire from the client namespace (the partner's
+//     place; the timestamps keep a capture that reads late, on a loaded
+//     machine, from putting frames sent far apart into one sample):
 //     every sample the detector broadcasts an ARP request for the address
 //     and records the source MAC of every ARP reply for it, of every
 //     gratuitous ARP and of every IPv4 frame whose source is the address.
@@ -81,21 +87,31 @@ type SplitDetector struct {
 	nodes   []nodeProbe
 	macs    map[string]string // node eth0 MAC -> node name
 	client  *packet.Conn
+	raw     syscall.RawConn
 	probe   []byte
 	stop    chan struct{}
 	done    sync.WaitGroup
 	stopped sync.Once
 
-	mu       sync.Mutex
-	round    map[string]bool // senders seen in the current sample
-	splits   []Split
-	dropped  int
-	samples  int
-	sent     map[string]int // frames sent as the address, by node
-	kinds    map[string]int // the same by node and frame kind
-	lastKind map[string]string
-	errs     []error
-	lastSeen map[string]time.Time
+	mu sync.Mutex
+	// frames are the senders' frames of about the last second, by the
+	// kernel's receive time; fresh are those not yet compared.
+	frames, fresh []sentFrame
+	splits        []Split
+	dropped       int
+	samples       int
+	sent          map[string]int // frames sent as the address, by node
+	kinds         map[string]int // the same by node and frame kind
+	lastKind      map[string]string
+	errs          []error
+	lastSeen      map[string]time.Time
+}
+
+// sentFrame is one frame sent as the address: who sent it and when the
+// client's kernel received it.
+type sentFrame struct {
+	sender string
+	at     time.Time
 }
 
 type nodeProbe struct {
@@ -126,7 +142,7 @@ func NewSplitDetector(n *labnet.Network, addr netip.Addr) (*SplitDetector, error
 		return nil, fmt.Errorf("split detector: %s: only IPv4 addresses are watched", addr)
 	}
 	d := &SplitDetector{addr: addr, macs: map[string]string{}, stop: make(chan struct{}),
-		round: map[string]bool{}, sent: map[string]int{}, kinds: map[string]int{},
+		sent: map[string]int{}, kinds: map[string]int{},
 		lastSeen: map[string]time.Time{}, lastKind: map[string]string{}}
 	ok := false
 	defer func() {
@@ -164,8 +180,19 @@ func NewSplitDetector(n *labnet.Network, addr netip.Addr) (*SplitDetector, error
 			return err
 		}
 		clientMAC = ifi.HardwareAddr
-		d.client, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil)
-		return err
+		if d.client, err = packet.Listen(ifi, packet.Raw, unix.ETH_P_ALL, nil); err != nil {
+			return err
+		}
+		if d.raw, err = d.client.SyscallConn(); err != nil {
+			return err
+		}
+		var serr error
+		if err := d.raw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
 	})
 	if err != nil {
 		return nil, fmt.Errorf("split detector: capture in %s: %w", n.ClientNamespace(), err)
@@ -198,7 +225,7 @@ func arpRequest(mac net.HardwareAddr, sender, target netip.Addr) []byte {
 // capture records who sends as the address.
 func (d *SplitDetector) capture(own net.HardwareAddr) {
 	defer d.done.Done()
-	buf := make([]byte, 2048)
+	buf, oob := make([]byte, 2048), make([]byte, 128)
 	want := d.addr.As4()
 	for {
 		select {
@@ -207,10 +234,9 @@ func (d *SplitDetector) capture(own net.HardwareAddr) {
 		default:
 		}
 		_ = d.client.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		n, _, err := d.client.ReadFrom(buf)
+		n, at, err := d.read(buf, oob)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
 			}
 			d.fail(fmt.Errorf("split detector: capture: %w", err))
@@ -246,13 +272,73 @@ func (d *SplitDetector) capture(own net.HardwareAddr) {
 			sender = node
 		}
 		d.mu.Lock()
-		d.round[sender] = true
+		d.fresh = append(d.fresh, sentFrame{sender: sender, at: at})
 		d.sent[sender]++
 		d.kinds[sender+" "+kind]++
-		d.lastSeen[sender] = time.Now()
+		d.lastSeen[sender] = at
 		d.lastKind[sender] = kind
 		d.mu.Unlock()
 	}
+}
+
+// read reads one frame and the time the kernel received it (the read's
+// own time if the kernel gave none).
+func (d *SplitDetector) read(buf, oob []byte) (int, time.Time, error) {
+	var n, oobn int
+	var rerr error
+	err := d.raw.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
+		return rerr != unix.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	at := time.Now()
+	msgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+	if perr != nil {
+		return n, at, nil
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SO_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			at = time.Unix(ts.Unix())
+		}
+	}
+	return n, at, nil
+}
+
+// compare finds the frames of different senders received less than
+// SampleInterval apart, among those captured since the last call and
+// the second before them, and records each pair as a sending split.
+func (d *SplitDetector) compare(now time.Time) {
+	d.mu.Lock()
+	fresh := d.fresh
+	d.fresh = nil
+	var pairs [][2]sentFrame
+	for _, f := range fresh {
+		for _, g := range d.frames {
+			if g.sender != f.sender && f.at.Sub(g.at).Abs() < SampleInterval {
+				pairs = append(pairs, [2]sentFrame{g, f})
+				break
+			}
+		}
+		d.frames = append(d.frames, f)
+	}
+	d.frames = slices.DeleteFunc(d.frames, func(f sentFrame) bool { return now.Sub(f.at) > time.Second })
+	d.mu.Unlock()
+	for _, p := range pairs {
+		d.record("sending", []string{p[0].sender, p[1].sender}, later(p[0].at, p[1].at))
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // sample closes a sample every SampleInterval: it judges the senders seen
@@ -271,14 +357,9 @@ func (d *SplitDetector) sample() {
 			return
 		case now := <-tick.C:
 			d.mu.Lock()
-			senders := make([]string, 0, len(d.round))
-			for s := range d.round {
-				senders = append(senders, s)
-			}
-			clear(d.round)
 			d.samples++
 			d.mu.Unlock()
-			d.record("sending", senders, now)
+			d.compare(now)
 			d.record("configured", d.configured(), now)
 			if _, err := d.client.WriteTo(d.probe, &packet.Addr{HardwareAddr: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}); err != nil {
 				d.fail(fmt.Errorf("split detector: probe: %w", err))
