@@ -97,6 +97,9 @@ type SplitDetector struct {
 	// frames are the senders' frames of about the last second, by the
 	// kernel's receive time; fresh are those not yet compared.
 	frames, fresh []sentFrame
+	// maxLag is the longest a frame waited between the kernel and the
+	// capture's read: what judging by read time could have mixed up.
+	maxLag time.Duration
 	splits        []Split
 	dropped       int
 	samples       int
@@ -272,6 +275,9 @@ func (d *SplitDetector) capture(own net.HardwareAddr) {
 			sender = node
 		}
 		d.mu.Lock()
+		if lag := time.Since(at); lag > d.maxLag {
+			d.maxLag = lag
+		}
 		d.fresh = append(d.fresh, sentFrame{sender: sender, at: at})
 		d.sent[sender]++
 		d.kinds[sender+" "+kind]++
@@ -547,7 +553,8 @@ func (d *SplitDetector) Report() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "split detector for %s: %d samples, frames sent as it by node %v (by kind %v), %d splits", d.addr, d.samples, d.sent, d.kinds, len(d.splits)+d.dropped)
+	fmt.Fprintf(&b, "split detector for %s: %d samples, frames sent as it by node %v (by kind %v), capture lag up to %s, %d splits",
+		d.addr, d.samples, d.sent, d.kinds, d.maxLag.Round(time.Millisecond), len(d.splits)+d.dropped)
 	for _, s := range d.splits {
 		fmt.Fprintf(&b, "\n  %s", s)
 	}
