@@ -99,15 +99,15 @@ type SplitDetector struct {
 	frames, fresh []sentFrame
 	// maxLag is the longest a frame waited between the kernel and the
 	// capture's read: what judging by read time could have mixed up.
-	maxLag time.Duration
-	splits        []Split
-	dropped       int
-	samples       int
-	sent          map[string]int // frames sent as the address, by node
-	kinds         map[string]int // the same by node and frame kind
-	lastKind      map[string]string
-	errs          []error
-	lastSeen      map[string]time.Time
+	maxLag   time.Duration
+	splits   []Split
+	dropped  int
+	samples  int
+	sent     map[string]int // frames sent as the address, by node
+	kinds    map[string]int // the same by node and frame kind
+	lastKind map[string]string
+	errs     []error
+	lastSeen map[string]time.Time
 }
 
 // sentFrame is one frame sent as the address: who sent it and when the
