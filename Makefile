@@ -135,8 +135,8 @@ demo-local: tools build ## The demo with the manager and agents run as local pro
 ##@ Benchmarks (results in docs/benchmarks.md)
 
 .PHONY: bench-reboot
-bench-reboot: tools build ## Reboot: rolling reboot of 50 simulated nodes, maxUnavailable 5: overhead vs ideal, decision latency.
-	$(LAB_LOCK) go run ./test/bench/reboot
+bench-reboot: tools build ## Reboot: rolling reboot of NODES simulated nodes (default 50; light agents above 100), MAX_UNAVAILABLE (default 5): overhead vs ideal, decision latency.
+	$(LAB_LOCK) go run ./test/bench/reboot $(if $(NODES),-nodes $(NODES)) $(if $(MAX_UNAVAILABLE),-max-unavailable $(MAX_UNAVAILABLE)) $(if $(AGENTS),-agents $(AGENTS))
 
 .PHONY: bench-apps
 bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: time to converge, writes per resync, reconcile latency.
