@@ -31,7 +31,9 @@ func (r labReboot) Reboot(ctx context.Context) (string, error) {
 	return "", r.l.RebootFor(ctx, r.node, r.downtime)
 }
 
-func (r labReboot) String() string { return fmt.Sprintf("lab reboot --downtime %s %s (in process)", r.downtime, r.node) }
+func (r labReboot) String() string {
+	return fmt.Sprintf("lab reboot --downtime %s %s (in process)", r.downtime, r.node)
+}
 
 // lightAgents runs one light agent per node: the reboot-agent's real
 // control code (rebootagent.Agent: its watch on its own Node, the order

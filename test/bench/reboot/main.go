@@ -16,8 +16,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,6 +46,7 @@ func main() {
 	downtime := flag.Duration("downtime", 10*time.Second, "simulated reboot time T: how long a node stays NotReady")
 	soak := flag.Duration("soak", 5*time.Second, "the group's soakSeconds")
 	agents := flag.String("agents", "", "process (one reboot-agent process per node) or light (the agent's control code, every agent in this process); default process up to 100 nodes, light above")
+	manager := flag.String("manager", "", "manager binary (default bin/manager; to compare builds)")
 	flag.Parse()
 	if *agents == "" {
 		*agents = "process"
@@ -55,7 +58,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-reboot: -agents is process or light")
 		os.Exit(2)
 	}
-	if err := run(*nodes, *maxUnavailable, *downtime, *soak, *agents); err != nil {
+	if err := run(*nodes, *maxUnavailable, *downtime, *soak, *agents, *manager); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-reboot:", err)
 		os.Exit(1)
 	}
@@ -65,12 +68,12 @@ func main() {
 // names it by default.
 const ledgerName = rebootv1.DefaultLedgerName
 
-func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents string) (err error) {
+func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manager string) (err error) {
 	batches := math.Ceil(float64(nodes) / float64(maxUnavailable))
 	ideal := time.Duration(batches) * (downtime + soak)
 	// Bounds: the rollout may take twice the ideal and ten minutes more.
 	rolloutBound := 2*ideal + 10*time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), rolloutBound+15*time.Minute)
+	ctx, cancel := context.WithTimeout(interrupted, rolloutBound+15*time.Minute)
 	defer cancel()
 	root, err := lab.RepoRoot()
 	if err != nil {
@@ -111,7 +114,10 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents string)
 	if err != nil {
 		return err
 	}
-	m, err := l.StartManager(ctx, "manager", "--controllers", "reboot")
+	if manager == "" {
+		manager = filepath.Join(l.BinDir, "manager")
+	}
+	m, err := l.StartManagerBinary(ctx, manager, "manager", "--controllers", "reboot")
 	if err != nil {
 		return err
 	}
@@ -280,3 +286,7 @@ func printSteps(obs *rebootlab.Observer, nodes []string, downtime, soak time.Dur
 	fmt.Printf("per node (s): %s; %s; %s; %s\n", step("approved->ordered (drain)", order), step("ordered->NotReady (agent)", down),
 		step("NotReady->Ready minus T (lab)", back), step("Ready->released minus soak", release))
 }
+
+// interrupted ends on SIGINT or SIGTERM, so that an interrupted run still
+// takes its lab down.
+var interrupted, _ = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
