@@ -135,8 +135,13 @@ demo-local: tools build ## The demo with the manager and agents run as local pro
 ##@ Benchmarks (results in docs/benchmarks.md)
 
 .PHONY: bench-reboot
-bench-reboot: tools build ## Reboot: rolling reboot of 50 simulated nodes, maxUnavailable 5: overhead vs ideal, decision latency.
-	$(LAB_LOCK) go run ./test/bench/reboot
+bench-reboot: tools build ## Reboot: rolling reboot of NODES simulated nodes (default 50; light agents above 100), MAX_UNAVAILABLE (default 5): overhead vs ideal, decision latency.
+	$(LAB_LOCK) go run ./test/bench/reboot $(if $(NODES),-nodes $(NODES)) $(if $(MAX_UNAVAILABLE),-max-unavailable $(MAX_UNAVAILABLE)) $(if $(AGENTS),-agents $(AGENTS))
+
+.PHONY: bench-reboot-kured
+bench-reboot-kured: tools build ## Reboot side by side: kubext and kured (KURED=/path/to/kured, built from kured's source) on the same lab: NODES (default 10), PODS (60), DOWNTIME (20s), CONCURRENCY (1,2), PERIOD (kured's, 10s). Needs root (kured runs in its own PID and mount namespace per node).
+	@test -n "$(KURED)" || { echo "KURED=/path/to/kured is required (see docs/benchmarks.md)"; exit 2; }
+	$(LAB_LOCK) go run ./test/bench/rebootpeer -kured $(KURED) $(if $(NODES),-nodes $(NODES)) $(if $(PODS),-pods $(PODS)) $(if $(DOWNTIME),-downtime $(DOWNTIME)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(PERIOD),-period $(PERIOD)) $(if $(SYSTEMS),-systems $(SYSTEMS))
 
 .PHONY: bench-apps
 bench-apps: tools build ## PulsarConsumer + Redis: 1,000 + 200 created at once: time to converge, writes per resync, reconcile latency.

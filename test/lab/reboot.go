@@ -190,6 +190,17 @@ func (l *Lab) waitRebootAgentPolicy(ctx context.Context) error {
 	return nil
 }
 
+// RebootAgentImpersonation is the deployed reboot-agent of node: its
+// service account, with a token bound to the node's pod (for agents run in
+// a bench's own process, as StartRebootAgent's kubeconfig has it).
+func RebootAgentImpersonation(node string) rest.ImpersonationConfig {
+	return rest.ImpersonationConfig{
+		UserName: rebootAgentUser,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + SystemNamespace, "system:authenticated"},
+		Extra:    map[string][]string{nodeNameExtra: {node}},
+	}
+}
+
 // writeRebootAgentKubeconfig writes the node's agent kubeconfig: the lab's
 // admin credentials impersonating the agent's service account with a token
 // bound to the node.
@@ -198,10 +209,9 @@ func (l *Lab) writeRebootAgentKubeconfig(node string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	imp := RebootAgentImpersonation(node)
 	for _, a := range cfg.AuthInfos {
-		a.Impersonate = rebootAgentUser
-		a.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + SystemNamespace, "system:authenticated"}
-		a.ImpersonateUserExtra = map[string][]string{nodeNameExtra: {node}}
+		a.Impersonate, a.ImpersonateGroups, a.ImpersonateUserExtra = imp.UserName, imp.Groups, imp.Extra
 	}
 	path := filepath.Join(l.NodeDir(node), "reboot-agent.kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)

@@ -39,6 +39,10 @@ type Observer struct {
 type Times struct {
 	// Approved: the in-progress annotation appeared.
 	Approved time.Time
+	// Ordered: the reboot order (the now annotation) appeared.
+	Ordered time.Time
+	// Down: NotReady, after the approval.
+	Down time.Time
 	// BackReady: Ready with a boot ID other than the one it had when first
 	// seen.
 	BackReady time.Time
@@ -124,6 +128,12 @@ func (o *Observer) timeSteps(n *corev1.Node) {
 	pn := rebootplan.NodeFrom(n)
 	if _, ok := n.Annotations[rebootv1.AnnotationInProgress]; ok && t.Approved.IsZero() {
 		t.Approved = now
+	}
+	if _, ok := n.Annotations[rebootv1.AnnotationNow]; ok && !t.Approved.IsZero() && t.Ordered.IsZero() {
+		t.Ordered = now
+	}
+	if !t.Approved.IsZero() && t.Down.IsZero() && pn.Ready != corev1.ConditionTrue {
+		t.Down = now
 	}
 	if !t.Approved.IsZero() && t.BackReady.IsZero() && pn.Ready == corev1.ConditionTrue && o.reboots(n.Name) > 0 {
 		t.BackReady = now

@@ -321,11 +321,16 @@ func (d *deadlines) at(t time.Time) {
 	}
 }
 
-func (d *deadlines) after(limit time.Duration) time.Duration {
-	if d.next.IsZero() || d.next.Sub(d.now) > limit {
+// after is how long to wait, from now (the end of the reconcile, not its
+// start: a reconcile of a large cluster takes a good part of a second, and
+// a soak ending meanwhile must not wait that much longer), until the
+// earliest deadline, at most limit.
+func (d *deadlines) after(now time.Time, limit time.Duration) time.Duration {
+	if d.next.IsZero() || d.next.Sub(now) > limit {
 		return limit
 	}
 	// A few milliseconds late rather than early: timestamps are compared
-	// with the controller's clock.
-	return d.next.Sub(d.now) + 5*time.Millisecond
+	// with the controller's clock. A deadline passed during the reconcile
+	// is looked at again at once (zero would mean no requeue at all).
+	return max(d.next.Sub(now), 0) + 5*time.Millisecond
 }

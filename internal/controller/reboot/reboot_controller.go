@@ -176,7 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.report(ctx, s, decision, now, next); err != nil {
 		return r.retry(ctx, err)
 	}
-	return ctrl.Result{RequeueAfter: next.after(maxRequeue)}, nil
+	return ctrl.Result{RequeueAfter: next.after(r.Now(), maxRequeue)}, nil
 }
 
 // retry turns a conflict (a node or group changed since it was read) into a

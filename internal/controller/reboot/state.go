@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,19 +40,31 @@ type state struct {
 	held map[string]rebootplan.Hold
 }
 
-// read lists nodes and groups from the API server (not the cache).
+// read lists nodes and groups and reads the ledger from the API server
+// (not the cache). The three reads are made at once: every decision waits
+// for them, and on a large cluster each is a round trip to a busy API
+// server. Their order does not matter: every write made from them (the
+// ledger's, each node's) is conditional on the version read.
 func (r *Reconciler) read(ctx context.Context) (*state, error) {
-	var nodes corev1.NodeList
-	if err := r.APIReader.List(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+	var (
+		nodes                          corev1.NodeList
+		groups                         rebootv1.RebootGroupList
+		l                              *ledger
+		nodesErr, groupsErr, ledgerErr error
+		wg                             sync.WaitGroup
+	)
+	wg.Go(func() { nodesErr = r.APIReader.List(ctx, &nodes) })
+	wg.Go(func() { groupsErr = r.APIReader.List(ctx, &groups) })
+	wg.Go(func() { l, ledgerErr = r.readLedger(ctx) })
+	wg.Wait()
+	if nodesErr != nil {
+		return nil, fmt.Errorf("listing nodes: %w", nodesErr)
 	}
-	var groups rebootv1.RebootGroupList
-	if err := r.APIReader.List(ctx, &groups); err != nil {
-		return nil, fmt.Errorf("listing reboot groups: %w", err)
+	if groupsErr != nil {
+		return nil, fmt.Errorf("listing reboot groups: %w", groupsErr)
 	}
-	l, err := r.readLedger(ctx)
-	if err != nil {
-		return nil, err
+	if ledgerErr != nil {
+		return nil, ledgerErr
 	}
 	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), planned: make(map[string]rebootplan.Node, len(nodes.Items)),
 		groups: groups.Items, ledger: l, agents: r.Agents}

@@ -1,7 +1,9 @@
 // Command reboot is `make bench-reboot`: a rolling reboot of every node of
 // a lab of simulated nodes (default 50, one group, maxUnavailable 5), each
 // node's agent running the lab's simulated reboot (NotReady for -downtime,
-// new boot ID, Ready). It compares the rollout's total time with the ideal
+// new boot ID, Ready). Each node's agent is a reboot-agent process, or,
+// with -agents light (the default above 100 nodes), the agent's real control
+// code run in this process, many agents per process (agents.go). It compares the rollout's total time with the ideal
 // ceil(nodes/maxUnavailable) × (drain + downtime + soak), measures the
 // controller's decision latency (a slot freed, i.e. a node's soak over, to
 // the next node approved, as seen by an outside watch), and the most nodes
@@ -14,8 +16,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,7 +30,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/test/bench/stats"
@@ -39,15 +45,35 @@ func main() {
 	maxUnavailable := flag.Int("max-unavailable", 5, "the group's maxUnavailable")
 	downtime := flag.Duration("downtime", 10*time.Second, "simulated reboot time T: how long a node stays NotReady")
 	soak := flag.Duration("soak", 5*time.Second, "the group's soakSeconds")
+	agents := flag.String("agents", "", "process (one reboot-agent process per node) or light (the agent's control code, every agent in this process); default process up to 100 nodes, light above")
+	manager := flag.String("manager", "", "manager binary (default bin/manager; to compare builds)")
 	flag.Parse()
-	if err := run(*nodes, *maxUnavailable, *downtime, *soak); err != nil {
+	if *agents == "" {
+		*agents = "process"
+		if *nodes > 100 {
+			*agents = "light"
+		}
+	}
+	if *agents != "process" && *agents != "light" {
+		fmt.Fprintln(os.Stderr, "bench-reboot: -agents is process or light")
+		os.Exit(2)
+	}
+	if err := run(*nodes, *maxUnavailable, *downtime, *soak, *agents, *manager); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-reboot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+// ledgerName is the reboot controller's approvals ledger, as the manager
+// names it by default.
+const ledgerName = rebootv1.DefaultLedgerName
+
+func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manager string) (err error) {
+	batches := math.Ceil(float64(nodes) / float64(maxUnavailable))
+	ideal := time.Duration(batches) * (downtime + soak)
+	// Bounds: the rollout may take twice the ideal and ten minutes more.
+	rolloutBound := 2*ideal + 10*time.Minute
+	ctx, cancel := context.WithTimeout(interrupted, rolloutBound+15*time.Minute)
 	defer cancel()
 	root, err := lab.RepoRoot()
 	if err != nil {
@@ -88,17 +114,40 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
 	if err != nil {
 		return err
 	}
-	m, err := l.StartManager(ctx, "manager", "--controllers", "reboot")
+	if manager == "" {
+		manager = filepath.Join(l.BinDir, "manager")
+	}
+	m, err := l.StartManagerBinary(ctx, manager, "manager", "--controllers", "reboot")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("Manager running (log %s)\n", m.Log)
-	for _, node := range l.Nodes {
-		if _, err := l.StartRebootAgent(ctx, node, l.RebootCommandArgs(node, downtime)...); err != nil {
+	if agents == "light" {
+		logs := filepath.Join(os.TempDir(), "bench-reboot")
+		if err := os.MkdirAll(logs, 0o755); err != nil {
 			return err
 		}
+		agentLog, err := os.Create(filepath.Join(logs, "agents.log"))
+		if err != nil {
+			return err
+		}
+		defer agentLog.Close()
+		ctrl.SetLogger(zap.New(zap.WriteTo(agentLog)))
+		t0 := time.Now()
+		la, err := startLightAgents(ctx, l, c.Scheme(), downtime)
+		if err != nil {
+			return err
+		}
+		defer la.stop()
+		fmt.Printf("%d light reboot agents synced in %.1f s (log %s)\n", nodes, time.Since(t0).Seconds(), agentLog.Name())
+	} else {
+		for _, node := range l.Nodes {
+			if _, err := l.StartRebootAgent(ctx, node, l.RebootCommandArgs(node, downtime)...); err != nil {
+				return err
+			}
+		}
 	}
-	fmt.Printf("%d reboot agents running; simulated reboot T=%s, soak %s, maxUnavailable %d\n", nodes, downtime, soak, maxUnavailable)
+	fmt.Printf("%d %s reboot agents running; simulated reboot T=%s, soak %s, maxUnavailable %d\n", nodes, agents, downtime, soak, maxUnavailable)
 
 	start := time.Now()
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
@@ -110,7 +159,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
 	}
 	fmt.Printf("All %d nodes marked %s=true\n", nodes, rebootv1.AnnotationNeeded)
 	lastReport := time.Now()
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 25*time.Minute, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, rolloutBound, true, func(context.Context) (bool, error) {
 		done := 0
 		for _, node := range l.Nodes {
 			if rebootlab.Finished(obs.Node(node)) {
@@ -130,8 +179,6 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
 
 	// The drain of a node without pods is the controller's own overhead,
 	// so the ideal counts it as zero.
-	batches := math.Ceil(float64(nodes) / float64(maxUnavailable))
-	ideal := time.Duration(batches) * (downtime + soak)
 	overhead := 100 * (total.Seconds() - ideal.Seconds()) / ideal.Seconds()
 
 	once := 0
@@ -149,6 +196,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration) (err error) {
 	fmt.Printf("\nrollout: %.1f s for %d nodes; ideal ceil(%d/%d) x (drain 0 + T %s + soak %s) = %.1f s; overhead %.1f%%\n",
 		total.Seconds(), nodes, nodes, maxUnavailable, downtime, soak, ideal.Seconds(), overhead)
 	fmt.Printf("decision latency, soak over -> next node approved (s): p50 %.3f  p99 %.3f  over %d hand-overs\n", p50, p99, len(lat))
+	printSteps(obs, l.Nodes, downtime, soak)
 	fmt.Printf("rebooted exactly once: %d of %d; most unavailable at once: %d (budget %d)\n", once, nodes, maxSeen, maxUnavailable)
 	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
 		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
@@ -216,3 +264,29 @@ func newClient(l *lab.Lab) (client.Client, error) {
 	}
 	return client.New(cfg, client.Options{Scheme: scheme})
 }
+
+// printSteps says where a node's time between its approval and its release
+// goes, as the outside watch saw it: medians and p99 of each step, the
+// simulated reboot's T and the soak taken out.
+func printSteps(obs *rebootlab.Observer, nodes []string, downtime, soak time.Duration) {
+	var order, down, back, release []float64
+	for _, n := range nodes {
+		t := obs.Times(n)
+		if t.Approved.IsZero() || t.Ordered.IsZero() || t.Down.IsZero() || t.BackReady.IsZero() || t.Finished.IsZero() {
+			continue
+		}
+		order = append(order, t.Ordered.Sub(t.Approved).Seconds())
+		down = append(down, t.Down.Sub(t.Ordered).Seconds())
+		back = append(back, t.BackReady.Sub(t.Down).Seconds()-downtime.Seconds())
+		release = append(release, t.Finished.Sub(t.BackReady).Seconds()-soak.Seconds())
+	}
+	step := func(name string, v []float64) string {
+		return fmt.Sprintf("%s p50 %.3f p99 %.3f", name, stats.Percentile(v, 50), stats.Percentile(v, 99))
+	}
+	fmt.Printf("per node (s): %s; %s; %s; %s\n", step("approved->ordered (drain)", order), step("ordered->NotReady (agent)", down),
+		step("NotReady->Ready minus T (lab)", back), step("Ready->released minus soak", release))
+}
+
+// interrupted ends on SIGINT or SIGTERM, so that an interrupted run still
+// takes its lab down.
+var interrupted, _ = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
