@@ -15,8 +15,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -67,6 +71,7 @@ type options struct {
 	burst, workers  int
 	timeout, steady time.Duration
 	manager         string
+	profile         time.Duration
 }
 
 func main() {
@@ -79,6 +84,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.DurationVar(&o.steady, "steady", 20*time.Second, "window over which steady-state writes are counted")
 	flag.StringVar(&o.manager, "manager", "", "manager binary (default bin/manager; to compare builds)")
+	flag.DurationVar(&o.profile, "profile", 30*time.Second, "how long a CPU profile of the manager is taken from its start (kept beside its log; 0: none)")
 	flag.Parse()
 	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 {
 		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768")
@@ -211,15 +217,24 @@ func run(o options) (err error) {
 	if bin == "" {
 		bin = filepath.Join(l.BinDir, "manager")
 	}
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	m, err := l.StartManagerBinary(ctx, bin, "manager", "--controllers", "ip,ippool",
 		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
-		"--ip-workers", strconv.Itoa(o.workers))
+		"--ip-workers", strconv.Itoa(o.workers), "--pprof-bind-address", pprofAddr)
 	if err != nil {
 		return err
 	}
 	managerLog = m.Log
 	fmt.Printf("manager started (log %s)\n", m.Log)
+	if o.profile > 0 {
+		// The manager's CPU profile over the start of the convergence.
+		go profile(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int(o.profile.Seconds())),
+			filepath.Join(logs, "manager.cpu.pprof"))
+	}
 	last := time.Now()
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		ready := obs.ready()
@@ -294,7 +309,9 @@ func parallel(n int, fn func(i int) error) error {
 }
 
 // createNodes registers kwok nodes, each with a pod range of its own (kwok
-// gives pods addresses from it), and waits until kwok has them Ready.
+// gives pods addresses from it), waits until kwok has them Ready, and gives
+// each its loopback address (nodeAddr) as InternalIP: the address its
+// agent's witnesses probe.
 func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 	err := parallel(len(nodes), func(i int) error {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
@@ -307,7 +324,7 @@ func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 	if err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list := &corev1.NodeList{}
 		if err := c.List(ctx, list, client.MatchingLabels{nodeLabel: "yes"}); err != nil {
 			return false, err
@@ -321,6 +338,16 @@ func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 			}
 		}
 		return ready == len(nodes), nil
+	})
+	if err != nil {
+		return err
+	}
+	// Only once kwok has initialised the node (its first status write
+	// would undo it); kwok keeps the field from then on.
+	return parallel(len(nodes), func(i int) error {
+		patch := fmt.Appendf(nil, `{"status":{"addresses":[{"type":"InternalIP","address":%q},{"type":"Hostname","address":%q}]}}`,
+			nodeAddr(i), nodes[i])
+		return c.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}, client.RawPatch(types.MergePatchType, patch))
 	})
 }
 
@@ -583,4 +610,35 @@ func procStatus(pid int, key string) float64 {
 		}
 	}
 	return 0
+}
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// profile saves what url serves to path (a failure is reported, not fatal).
+func profile(ctx context.Context, url, path string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			defer resp.Body.Close()
+			var f *os.File
+			if f, err = os.Create(path); err == nil {
+				_, err = io.Copy(f, resp.Body)
+				err = errors.Join(err, f.Close())
+			}
+		}
+	}
+	if err != nil {
+		fmt.Printf("manager profile: %v\n", err)
+		return
+	}
+	fmt.Printf("manager CPU profile kept in %s\n", path)
 }
