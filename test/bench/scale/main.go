@@ -14,17 +14,20 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -221,6 +224,10 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	before, err := writes(ctx, cs)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	m, err := l.StartManagerBinary(ctx, bin, "manager", "--controllers", "ip,ippool",
 		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
@@ -252,6 +259,9 @@ func run(o options) (err error) {
 		return fmt.Errorf("waiting for %d IPs to be Ready (%d are): %w", o.ips, obs.ready(), err)
 	}
 	converge := time.Since(start)
+	if after, err := writes(ctx, cs); err == nil {
+		writesPerIP(before, after, o.ips)
+	}
 	attach := obs.attachLatencies()
 	p99 := stats.Percentile(attach, 99)
 	fmt.Printf("all %d IPs Ready in %.1f s (floor %.1f s); attach (placed -> Ready) p50 %.3f s p99 %.3f s\n",
@@ -561,15 +571,18 @@ func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Durat
 	if err != nil {
 		return 0, err
 	}
-	return (b - a) / time.Since(start).Seconds(), nil
+	return (total(b) - total(a)) / time.Since(start).Seconds(), nil
 }
 
-func writes(ctx context.Context, cs *kubernetes.Clientset) (float64, error) {
+// writes are the API server's writes so far (apiserver_request_total of
+// POST, PUT, PATCH, DELETE and APPLY, every client), by verb, resource and
+// subresource.
+func writes(ctx context.Context, cs *kubernetes.Clientset) (map[string]float64, error) {
 	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	var total float64
+	out := map[string]float64{}
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -577,21 +590,53 @@ func writes(ctx context.Context, cs *kubernetes.Clientset) (float64, error) {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
-		verb := false
-		for _, v := range []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"} {
-			if strings.Contains(line, `verb="`+v+`"`) {
-				verb = true
-			}
-		}
-		if !verb {
+		verb := label(line, "verb")
+		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb) {
 			continue
 		}
 		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err == nil {
-			total += f
+			key := verb + " " + label(line, "resource")
+			if sub := label(line, "subresource"); sub != "" {
+				key += "/" + sub
+			}
+			out[key] += f
 		}
 	}
-	return total, sc.Err()
+	return out, sc.Err()
+}
+
+// label is the value of a Prometheus sample line's label ("" if absent).
+func label(line, name string) string {
+	_, v, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, `"`)
+	return v
+}
+
+func total(w map[string]float64) float64 {
+	var t float64
+	for _, v := range w {
+		t += v
+	}
+	return t
+}
+
+// writesPerIP prints the writes made between a and b, per IP, by kind,
+// most first: where the convergence's writes go.
+func writesPerIP(a, b map[string]float64, ips int) {
+	keys := slices.Collect(maps.Keys(b))
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b[y]-a[y], b[x]-a[x]) })
+	var parts []string
+	for _, k := range keys {
+		if d := b[k] - a[k]; d >= float64(ips)/10 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, d/float64(ips)))
+		}
+	}
+	fmt.Printf("writes per IP while converging (every client, kwok's included): %.2f in all; %s\n",
+		(total(b)-total(a))/float64(ips), strings.Join(parts, ", "))
 }
 
 // rssMiB and peakRSSMiB read VmRSS and VmHWM of a process from /proc.
