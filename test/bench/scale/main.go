@@ -259,6 +259,7 @@ func run(o options) (err error) {
 		return fmt.Errorf("waiting for %d IPs to be Ready (%d are): %w", o.ips, obs.ready(), err)
 	}
 	converge := time.Since(start)
+	fmt.Printf("a List sees %d of %d Ready now\n", listReady(ctx, c), o.ips)
 	if after, err := writes(ctx, cs); err == nil {
 		writesPerIP(before, after, o.ips)
 	}
