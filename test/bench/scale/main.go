@@ -270,10 +270,15 @@ func run(o options) (err error) {
 
 	// Steady state: nothing changes; what do kubext's components write?
 	time.Sleep(5 * time.Second)
+	cpu0, t0 := cpuSeconds(os.Getpid()), time.Now()
 	steady, err := writesOver(ctx, cs, o.steady)
 	if err != nil {
 		return err
 	}
+	// What the light agents (witness probes and answers, heartbeats,
+	// resyncs) cost this process in the steady state, per agent.
+	fmt.Printf("steady CPU of the light agents: %.1f ms/s per agent (this process, the observer included)\n",
+		(cpuSeconds(os.Getpid())-cpu0)/time.Since(t0).Seconds()/float64(o.nodes)*1000)
 	perNode := max(steady-background, 0) / float64(o.nodes)
 	fmt.Printf("steady writes: %.1f/s in all, %.1f/s of them kwok's: %.3f per node per second\n", steady, background, perNode)
 
@@ -687,4 +692,22 @@ func profile(ctx context.Context, url, path string) {
 		return
 	}
 	fmt.Printf("manager CPU profile kept in %s\n", path)
+}
+
+// cpuSeconds is the user and system CPU time of a process so far (from
+// /proc/<pid>/stat, in clock ticks of 1/100 s on Linux).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces) start at
+	// the last ')'; utime and stime are the 14th and 15th fields.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
 }
