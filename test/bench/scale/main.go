@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,6 +242,8 @@ func run(o options) (err error) {
 		// The manager's CPU profile over the start of the convergence.
 		go profile(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int(o.profile.Seconds())),
 			filepath.Join(logs, "manager.cpu.pprof"))
+		// And this process's: the light agents (and the observer).
+		go profileSelf(ctx, o.profile, filepath.Join(logs, "agents.cpu.pprof"))
 	}
 	last := time.Now()
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
@@ -710,4 +713,24 @@ func cpuSeconds(pid int) float64 {
 	u, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (u + st) / 100
+}
+
+// profileSelf takes this process's CPU profile for d into path.
+func profileSelf(ctx context.Context, d time.Duration, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			pprof.StopCPUProfile()
+		}
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		fmt.Printf("light agents' profile: %v\n", err)
+		return
+	}
+	fmt.Printf("light agents' CPU profile kept in %s\n", path)
 }
