@@ -212,7 +212,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ip").
 		For(&ipv1.IP{}).
-		Watches(&ipv1.IP{}, agentReports()).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToIP), builder.WithPredicates(claims)).
 		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(r.ipAddressToIPs)).
 		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.poolToIPs), builder.WithPredicates(poolChanged)).

@@ -11,10 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -278,38 +276,4 @@ func (r *Reconciler) listIPs(ctx context.Context, opts ...client.ListOption) []i
 
 func (r *Reconciler) ipsMatching(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	return requests(r.listIPs(ctx, append(opts, client.UnsafeDisableDeepCopy)...))
-}
-
-// reportPriority is the work queue priority of an IP whose agent has just
-// reported (status.attachedNode, attachedPod or attachedGeneration
-// changed): above the default (0) and the initial list's (-100), so that
-// confirming an attachment, or going on with a move once the old node has
-// let go, does not wait behind every IP still to be allocated.
-const reportPriority = 10
-
-// agentReports enqueues an IP at reportPriority when its agent's report
-// changes; the IP's other changes come through For at the default
-// priority. Only the order changes: the reconcile is the same.
-func agentReports() handler.TypedEventHandler[client.Object, reconcile.Request] {
-	return handler.TypedFuncs[client.Object, reconcile.Request]{
-		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			old, okOld := e.ObjectOld.(*ipv1.IP)
-			cur, okCur := e.ObjectNew.(*ipv1.IP)
-			if !okOld || !okCur || !reported(old, cur) {
-				return
-			}
-			req := request(cur.Name)
-			if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-				pq.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(reportPriority)}, req)
-				return
-			}
-			q.Add(req)
-		},
-	}
-}
-
-// reported reports whether the agent's part of an IP's status changed.
-func reported(old, cur *ipv1.IP) bool {
-	return old.Status.AttachedNode != cur.Status.AttachedNode || old.Status.AttachedPod != cur.Status.AttachedPod ||
-		old.Status.AttachedGeneration != cur.Status.AttachedGeneration
 }

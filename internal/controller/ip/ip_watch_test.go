@@ -7,11 +7,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -68,29 +65,4 @@ func TestNodeLabelChangeRequeuesOnlyTheIPsItConcerns(t *testing.T) {
 	spec := p.DeepCopy()
 	spec.Generation++
 	f.G.Expect(poolChanged.Update(event.UpdateEvent{ObjectOld: p, ObjectNew: spec})).To(BeTrue())
-}
-
-// An agent's report jumps the queue: the IPs waiting for allocation (the
-// initial list's, and the default priority's) come after it, and an update
-// that reports nothing new adds nothing.
-func TestAgentReportsGoFirst(t *testing.T) {
-	g := NewWithT(t)
-	q := priorityqueue.New[reconcile.Request]("test")
-	defer q.ShutDown()
-	q.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(handler.LowPriority)}, request("initial"))
-	q.Add(request("changed"))
-	ip := func(node string) *ipv1.IP {
-		return &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "reported"}, Status: ipv1.IPStatus{Node: "n1", AttachedNode: node}}
-	}
-	h := agentReports()
-	h.Update(t.Context(), event.TypedUpdateEvent[client.Object]{ObjectOld: ip(""), ObjectNew: ip("")}, q)
-	g.Expect(q.Len()).To(Equal(2), "nothing reported, nothing added")
-	h.Update(t.Context(), event.TypedUpdateEvent[client.Object]{ObjectOld: ip(""), ObjectNew: ip("n1")}, q)
-	var order []string
-	for range 3 {
-		item, _, _ := q.GetWithPriority()
-		order = append(order, item.Name)
-		q.Done(item)
-	}
-	g.Expect(order).To(Equal([]string{"reported", "changed", "initial"}))
 }
