@@ -30,6 +30,7 @@ import (
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
 	"github.com/kubext/kubext/internal/version"
+	"github.com/kubext/kubext/internal/witnessrun"
 )
 
 // expiryMargin covers the kernel's lag in removing an expired address (its
@@ -65,8 +66,8 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&excludeSNAT, "exclude-snat", "", "Comma-separated CIDRs that a static IP's holder pod reaches with its own address: "+
 		"the cluster's pod and service CIDRs (required; \"none\" sends all its traffic, in-cluster DNS included, out of the uplink as the static IP).")
 	fs.DurationVar(&resync, "resync", 10*time.Second, "How often the node is re-checked for drift.")
-	var wf witnessFlags
-	wf.bind(fs)
+	var wf witnessrun.Config
+	wf.BindFlags(fs)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
 	skipPolicyCheck := fs.Bool(policyCheckFlag, false, "UNSAFE: start even when the admission policy that confines this agent to its own node "+
@@ -137,7 +138,7 @@ func run(ctx context.Context, args []string) error {
 	var (
 		hb    *heartbeat.Heartbeat
 		agent *ipagent.Reconciler
-		wit   *witnessRun
+		wit   *witnessrun.Run
 	)
 	dp, err := netconf.New(netconf.Options{
 		ExcludeSNAT:     exclude,
@@ -183,12 +184,12 @@ func run(ctx context.Context, args []string) error {
 		Resync:    resync,
 	}
 	clientset := kubernetes.NewForConfigOrDie(cfg)
-	if wf.port != 0 {
-		wit, err = startWitness(ctx, wf, clientset, namespace, node, agent, dp, func() { hb.Wake() })
+	if wf.Port != 0 {
+		wit, err = witnessrun.New(ctx, wf, clientset, namespace, node, agent, dp, func() { hb.Wake() }, ctrl.Log)
 		if err != nil {
 			return err
 		}
-		agent.Witness = &ipagent.WitnessConfig{Peer: wit.peer, Port: uint16(wf.port), Nodes: mgr.GetAPIReader()}
+		agent.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wf.Port), Nodes: mgr.GetAPIReader()}
 		if err := mgr.Add(wit); err != nil {
 			return err
 		}
@@ -224,12 +225,12 @@ func run(ctx context.Context, args []string) error {
 			}
 		},
 		Needed:      duty.Needed,
-		Annotations: wit.annotations,
+		Annotations: wit.Annotations,
 		// With the witness protocol on, a node that holds nothing on its
 		// Lease renews it every idleRenew only.
-		Idle:              wit.idle(agent, duty),
-		IdleDuration:      wf.idleLease,
-		IdleRenewInterval: wf.idleRenew,
+		Idle:              wit.Idle(agent, duty),
+		IdleDuration:      wf.IdleLease,
+		IdleRenewInterval: wf.IdleRenew,
 		Log:               ctrl.Log.WithName("heartbeat"),
 	})
 	if err != nil {

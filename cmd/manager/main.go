@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string) error {
 		metricsAddr    string
 		metricsSecure  bool
 		probeAddr      string
+		pprofAddr      string
 		leaderElect    bool
 		leaderElectNS  string
 		enableHTTP2    bool
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&metricsSecure, "metrics-secure", false,
 		"Serve metrics over HTTPS, authenticated and authorized through the API server.")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.StringVar(&pprofAddr, "pprof-bind-address", "", "Address Go's /debug/pprof profiles are served on, e.g. 127.0.0.1:6060 (default off; for profiling, never exposed by the chart).")
 	fs.BoolVar(&leaderElect, "leader-elect", false,
 		"Elect a leader so that only one replica reconciles; the others wait as hot spares.")
 	fs.StringVar(&leaderElectNS, "leader-election-namespace", "",
@@ -163,6 +165,7 @@ func run(ctx context.Context, args []string) error {
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
+		PprofBindAddress:              pprofAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              "manager.kubext.io",
 		LeaderElectionNamespace:       leaderElectNS,

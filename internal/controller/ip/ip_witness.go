@@ -12,6 +12,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -170,21 +171,29 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 	for _, s := range h.Standbys {
 		candidates = append(candidates, s.Node)
 	}
+	// Read only (names), so not copied: a placement must not cost a copy
+	// of every Node of the cluster.
 	nodes := &corev1.NodeList{}
-	if err := r.List(ctx, nodes); err != nil {
+	if err := r.List(ctx, nodes, client.UnsafeDisableDeepCopy); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Listing nodes for witnesses", "ip", ip.Name)
 	}
 	rest := make([]string, 0, len(nodes.Items))
 	for i := range nodes.Items {
 		rest = append(rest, nodes.Items[i].Name)
 	}
-	slices.Sort(rest)
+	candidates = append(candidates, ringAfter(target, rest)...)
+	// Only as many candidates are examined as it takes to find the
+	// witnesses (each check may read a Node).
 	passed := map[string]string{} // why a node is not a candidate
-	candidates = slices.DeleteFunc(append(candidates, rest...), func(n string) bool {
+	var eligible []string
+	for _, n := range candidates {
+		if len(eligible) == maxWitnesses {
+			break
+		}
 		why := ""
 		switch {
-		case n == "" || n == target:
-			return true
+		case n == "" || n == target || slices.Contains(eligible, n):
+			continue
 		case n == previous || n == ip.Status.AttachedNode || n == ip.Status.Node:
 			why = "the previous holder"
 		case !r.Health.Healthy(n):
@@ -196,10 +205,11 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 		}
 		if why != "" {
 			passed[n] = why
+			continue
 		}
-		return why != ""
-	})
-	chosen := witness.Choose(target, candidates, maxWitnesses)
+		eligible = append(eligible, n)
+	}
+	chosen := witness.Choose(target, eligible, maxWitnesses)
 	if len(chosen)%2 == 0 && len(chosen) > 0 {
 		chosen = chosen[:len(chosen)-1]
 	}
@@ -207,4 +217,20 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 		ctrl.LoggerFrom(ctx).Info("Fewer witnesses than wanted", "ip", ip.Name, "node", target, "witnesses", chosen, "passedOver", passed)
 	}
 	return chosen
+}
+
+// ringAfter orders nodes by name starting after target, round the ring:
+// the order in which nodes other than the standbys become witnesses.
+// Every holder's witnesses would otherwise be the pool's first names,
+// each probed by every holder of the cluster (at 100 holders their
+// answers fell behind and they declared live holders silent); this way
+// each node witnesses for a few holders, and a holder's IPs share their
+// witnesses, so it probes a few. nodes is sorted in place.
+func ringAfter(target string, nodes []string) []string {
+	slices.Sort(nodes)
+	at, found := slices.BinarySearch(nodes, target)
+	if found {
+		at++
+	}
+	return slices.Concat(nodes[at:], nodes[:at])
 }

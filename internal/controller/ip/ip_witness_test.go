@@ -1,6 +1,7 @@
 package ip
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -143,4 +144,36 @@ func TestUnreadableDeclarationsCountForNothing(t *testing.T) {
 	g.Expect(d.get("w3", node)).To(BeEquivalentTo(5))
 	g.Expect(witness.MayMove(witness.Hold{Node: node, Gen: 5}, []string{"w1", "w2", "w3"}, d.get)).To(BeFalse())
 	g.Expect(witness.MayMove(witness.Hold{Node: node, Gen: 5}, []string{"w3"}, d.get)).To(BeTrue())
+}
+
+// Witnesses beyond the standbys follow the holder round the ring of node
+// names: holders spread their witnesses over the cluster instead of all
+// naming its first nodes.
+func TestWitnessOrderFollowsTheHolder(t *testing.T) {
+	nodes := func() []string { return []string{"n3", "n0", "n4", "n1", "n2"} }
+	for _, c := range []struct {
+		target string
+		want   []string
+	}{
+		{"n0", []string{"n1", "n2", "n3", "n4", "n0"}},
+		{"n3", []string{"n4", "n0", "n1", "n2", "n3"}},
+		{"n4", []string{"n0", "n1", "n2", "n3", "n4"}},
+		{"m", []string{"n0", "n1", "n2", "n3", "n4"}}, // not a node: from where it would be
+	} {
+		if got := ringAfter(c.target, nodes()); !slices.Equal(got, c.want) {
+			t.Errorf("ringAfter(%s) = %v, want %v", c.target, got, c.want)
+		}
+	}
+	// The first three after each holder: every node witnesses for three.
+	count := map[string]int{}
+	for _, h := range nodes() {
+		for _, w := range witness.Choose(h, ringAfter(h, nodes()), maxWitnesses) {
+			count[w]++
+		}
+	}
+	for _, n := range nodes() {
+		if count[n] != maxWitnesses {
+			t.Errorf("%s witnesses for %d holders, want %d: %v", n, count[n], maxWitnesses, count)
+		}
+	}
 }

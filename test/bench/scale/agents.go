@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -22,6 +23,7 @@ import (
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/internal/witnessrun"
 	"github.com/kubext/kubext/test/lab"
 )
 
@@ -63,6 +65,9 @@ func (d *recorder) Current() ([]netconf.Assignment, error) {
 	return slices.Collect(maps.Values(d.kernel)), nil
 }
 
+// Refresh is netconf.Dataplane.Refresh: nothing here expires.
+func (d *recorder) Refresh() error { return nil }
+
 func (d *recorder) Fence(context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -80,7 +85,10 @@ func (d *recorder) Unfence() {
 // client, connected as that node's deployed ip-agent (service account,
 // token bound to the node, RBAC and admission policy enforced), with the
 // ip-agent's defaults (lease 2 s, renewed every 500 ms while Duty says the
-// node is needed).
+// node is needed and it holds something on its Lease; 16 s / 8 s while it
+// holds only on its witnesses' word) and the witness protocol as the
+// deployed agents run it (internal/witnessrun, default timing), each on
+// its node's own loopback address (nodeAddr).
 type lightAgents struct {
 	applies atomic.Int64
 	cancel  context.CancelFunc
@@ -92,15 +100,25 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 	if err != nil {
 		return nil, err
 	}
+	args, err := l.WitnessArgs()
+	if err != nil {
+		return nil, err
+	}
+	wc := witnessrun.DefaultConfig()
+	wc.Port = lab.WitnessPort
+	if i := slices.Index(args, "--witness-key-file"); i >= 0 && i+1 < len(args) {
+		wc.KeyFile = args[i+1]
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	a := &lightAgents{cancel: cancel}
-	for _, node := range nodes {
+	for i, node := range nodes {
 		cfg := rest.CopyConfig(base)
 		// The agent's own client, at client-go's defaults as cmd/ip-agent
 		// has them.
 		cfg.QPS, cfg.Burst = 0, 0
 		cfg.Impersonate = lab.IPAgentImpersonation(node)
-		if err := a.start(ctx, cfg, scheme, node); err != nil {
+		wc.Host = nodeAddr(i).String()
+		if err := a.start(ctx, cfg, scheme, node, wc); err != nil {
 			cancel()
 			return nil, fmt.Errorf("agent of %s: %w", node, err)
 		}
@@ -108,7 +126,8 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 	return a, nil
 }
 
-func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, node string) error {
+func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, node string, wc witnessrun.Config) error {
+	log := ctrl.Log.WithValues("node", node)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  ipagent.CacheOptions(node),
@@ -122,18 +141,39 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 	}
 	dp := &recorder{kernel: map[netip.Addr]netconf.Assignment{}, fenced: true, applies: &a.applies}
 	r := &ipagent.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-agent"), Node: node, Dataplane: dp}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	var hb *heartbeat.Heartbeat
+	wit, err := witnessrun.New(ctx, wc, cs, lab.SystemNamespace, node, r, dp, func() { hb.Wake() }, log)
+	if err != nil {
+		return err
+	}
+	r.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wc.Port), Nodes: mgr.GetAPIReader()}
+	if err := mgr.Add(wit); err != nil {
+		return err
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	var hb *heartbeat.Heartbeat
 	duty, err := r.NewDuty(mgr, func() { hb.Wake() })
 	if err != nil {
 		return err
 	}
+	// As cmd/ip-agent configures it, with its default flags.
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client: kubernetes.NewForConfigOrDie(cfg).CoordinationV1(), Namespace: lab.SystemNamespace,
+		Client: cs.CoordinationV1(), Namespace: lab.SystemNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
-		OnLost: r.Fence, OnRegained: r.Regained, Needed: duty.Needed,
+		OnLost: r.LeaseLost, OnRegained: r.Regained,
+		OnRenewed: func() {
+			if errors.Is(dp.Refresh(), netconf.ErrLapsed) {
+				r.Poke()
+			}
+		},
+		Needed:            duty.Needed,
+		Annotations:       wit.Annotations,
+		Idle:              wit.Idle(r, duty),
+		IdleDuration:      wc.IdleLease,
+		IdleRenewInterval: wc.IdleRenew,
+		Log:               log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err
@@ -153,4 +193,12 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 func (a *lightAgents) stop() {
 	a.cancel()
 	a.wg.Wait()
+}
+
+// nodeAddr is the i-th node's address: its own loopback address (all of
+// 127/8 is loopback on Linux), where its light agent's witness listens and
+// its Node's InternalIP points, so that witnesses probe one another as on
+// a node network.
+func nodeAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{127, 1, byte(i / 250), byte(1 + i%250)})
 }

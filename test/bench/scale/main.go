@@ -14,13 +14,21 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +75,7 @@ type options struct {
 	burst, workers  int
 	timeout, steady time.Duration
 	manager         string
+	profile         time.Duration
 }
 
 func main() {
@@ -79,6 +88,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.DurationVar(&o.steady, "steady", 20*time.Second, "window over which steady-state writes are counted")
 	flag.StringVar(&o.manager, "manager", "", "manager binary (default bin/manager; to compare builds)")
+	flag.DurationVar(&o.profile, "profile", 30*time.Second, "how long a CPU profile of the manager is taken from its start (kept beside its log; 0: none)")
 	flag.Parse()
 	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 {
 		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768")
@@ -211,15 +221,30 @@ func run(o options) (err error) {
 	if bin == "" {
 		bin = filepath.Join(l.BinDir, "manager")
 	}
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	before, err := writes(ctx, cs)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	m, err := l.StartManagerBinary(ctx, bin, "manager", "--controllers", "ip,ippool",
 		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
-		"--ip-workers", strconv.Itoa(o.workers))
+		"--ip-workers", strconv.Itoa(o.workers), "--pprof-bind-address", pprofAddr)
 	if err != nil {
 		return err
 	}
 	managerLog = m.Log
 	fmt.Printf("manager started (log %s)\n", m.Log)
+	if o.profile > 0 {
+		// The manager's CPU profile over the start of the convergence.
+		go profile(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int(o.profile.Seconds())),
+			filepath.Join(logs, "manager.cpu.pprof"))
+		// And this process's: the light agents (and the observer).
+		go profileSelf(ctx, o.profile, filepath.Join(logs, "agents.cpu.pprof"))
+	}
 	last := time.Now()
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		ready := obs.ready()
@@ -237,6 +262,10 @@ func run(o options) (err error) {
 		return fmt.Errorf("waiting for %d IPs to be Ready (%d are): %w", o.ips, obs.ready(), err)
 	}
 	converge := time.Since(start)
+	fmt.Printf("a List sees %d of %d Ready now\n", listReady(ctx, c), o.ips)
+	if after, err := writes(ctx, cs); err == nil {
+		writesPerIP(before, after, o.ips)
+	}
 	attach := obs.attachLatencies()
 	p99 := stats.Percentile(attach, 99)
 	fmt.Printf("all %d IPs Ready in %.1f s (floor %.1f s); attach (placed -> Ready) p50 %.3f s p99 %.3f s\n",
@@ -244,10 +273,15 @@ func run(o options) (err error) {
 
 	// Steady state: nothing changes; what do kubext's components write?
 	time.Sleep(5 * time.Second)
+	cpu0, t0 := cpuSeconds(os.Getpid()), time.Now()
 	steady, err := writesOver(ctx, cs, o.steady)
 	if err != nil {
 		return err
 	}
+	// What the light agents (witness probes and answers, heartbeats,
+	// resyncs) cost this process in the steady state, per agent.
+	fmt.Printf("steady CPU of the light agents: %.1f ms/s per agent (this process, the observer included)\n",
+		(cpuSeconds(os.Getpid())-cpu0)/time.Since(t0).Seconds()/float64(o.nodes)*1000)
 	perNode := max(steady-background, 0) / float64(o.nodes)
 	fmt.Printf("steady writes: %.1f/s in all, %.1f/s of them kwok's: %.3f per node per second\n", steady, background, perNode)
 
@@ -294,7 +328,9 @@ func parallel(n int, fn func(i int) error) error {
 }
 
 // createNodes registers kwok nodes, each with a pod range of its own (kwok
-// gives pods addresses from it), and waits until kwok has them Ready.
+// gives pods addresses from it), waits until kwok has them Ready, and gives
+// each its loopback address (nodeAddr) as InternalIP: the address its
+// agent's witnesses probe.
 func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 	err := parallel(len(nodes), func(i int) error {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i],
@@ -307,7 +343,7 @@ func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 	if err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list := &corev1.NodeList{}
 		if err := c.List(ctx, list, client.MatchingLabels{nodeLabel: "yes"}); err != nil {
 			return false, err
@@ -321,6 +357,16 @@ func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 			}
 		}
 		return ready == len(nodes), nil
+	})
+	if err != nil {
+		return err
+	}
+	// Only once kwok has initialised the node (its first status write
+	// would undo it); kwok keeps the field from then on.
+	return parallel(len(nodes), func(i int) error {
+		patch := fmt.Appendf(nil, `{"status":{"addresses":[{"type":"InternalIP","address":%q},{"type":"Hostname","address":%q}]}}`,
+			nodeAddr(i), nodes[i])
+		return c.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodes[i]}}, client.RawPatch(types.MergePatchType, patch))
 	})
 }
 
@@ -534,15 +580,18 @@ func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Durat
 	if err != nil {
 		return 0, err
 	}
-	return (b - a) / time.Since(start).Seconds(), nil
+	return (total(b) - total(a)) / time.Since(start).Seconds(), nil
 }
 
-func writes(ctx context.Context, cs *kubernetes.Clientset) (float64, error) {
+// writes are the API server's writes so far (apiserver_request_total of
+// POST, PUT, PATCH, DELETE and APPLY, every client), by verb, resource and
+// subresource.
+func writes(ctx context.Context, cs *kubernetes.Clientset) (map[string]float64, error) {
 	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("reading the API server's metrics: %w", err)
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	var total float64
+	out := map[string]float64{}
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -550,21 +599,53 @@ func writes(ctx context.Context, cs *kubernetes.Clientset) (float64, error) {
 		if !strings.HasPrefix(line, "apiserver_request_total{") {
 			continue
 		}
-		verb := false
-		for _, v := range []string{"POST", "PUT", "PATCH", "DELETE", "APPLY"} {
-			if strings.Contains(line, `verb="`+v+`"`) {
-				verb = true
-			}
-		}
-		if !verb {
+		verb := label(line, "verb")
+		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb) {
 			continue
 		}
 		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 		if err == nil {
-			total += f
+			key := verb + " " + label(line, "resource")
+			if sub := label(line, "subresource"); sub != "" {
+				key += "/" + sub
+			}
+			out[key] += f
 		}
 	}
-	return total, sc.Err()
+	return out, sc.Err()
+}
+
+// label is the value of a Prometheus sample line's label ("" if absent).
+func label(line, name string) string {
+	_, v, ok := strings.Cut(line, name+`="`)
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, `"`)
+	return v
+}
+
+func total(w map[string]float64) float64 {
+	var t float64
+	for _, v := range w {
+		t += v
+	}
+	return t
+}
+
+// writesPerIP prints the writes made between a and b, per IP, by kind,
+// most first: where the convergence's writes go.
+func writesPerIP(a, b map[string]float64, ips int) {
+	keys := slices.Collect(maps.Keys(b))
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b[y]-a[y], b[x]-a[x]) })
+	var parts []string
+	for _, k := range keys {
+		if d := b[k] - a[k]; d >= float64(ips)/10 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, d/float64(ips)))
+		}
+	}
+	fmt.Printf("writes per IP while converging (every client, kwok's included): %.2f in all; %s\n",
+		(total(b)-total(a))/float64(ips), strings.Join(parts, ", "))
 }
 
 // rssMiB and peakRSSMiB read VmRSS and VmHWM of a process from /proc.
@@ -583,4 +664,73 @@ func procStatus(pid int, key string) float64 {
 		}
 	}
 	return 0
+}
+
+// freeAddr is a loopback address with a port nothing listens on.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// profile saves what url serves to path (a failure is reported, not fatal).
+func profile(ctx context.Context, url, path string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err == nil {
+		var resp *http.Response
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			defer resp.Body.Close()
+			var f *os.File
+			if f, err = os.Create(path); err == nil {
+				_, err = io.Copy(f, resp.Body)
+				err = errors.Join(err, f.Close())
+			}
+		}
+	}
+	if err != nil {
+		fmt.Printf("manager profile: %v\n", err)
+		return
+	}
+	fmt.Printf("manager CPU profile kept in %s\n", path)
+}
+
+// cpuSeconds is the user and system CPU time of a process so far (from
+// /proc/<pid>/stat, in clock ticks of 1/100 s on Linux).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces) start at
+	// the last ')'; utime and stime are the 14th and 15th fields.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (u + st) / 100
+}
+
+// profileSelf takes this process's CPU profile for d into path.
+func profileSelf(ctx context.Context, d time.Duration, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+			pprof.StopCPUProfile()
+		}
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		fmt.Printf("light agents' profile: %v\n", err)
+		return
+	}
+	fmt.Printf("light agents' CPU profile kept in %s\n", path)
 }

@@ -1,0 +1,230 @@
+// Package witnessrun starts and runs an ip-agent's end of the witness
+// protocol (docs/design/failover.md): it restores what the node published
+// before, opens the peer's socket, follows the witnesses' vouches with the
+// data plane's deadlines, and publishes the generation and declarations on
+// the heartbeat Lease. cmd/ip-agent and the scale bench's light agents
+// (test/bench/scale) share it, so the bench runs what ships.
+package witnessrun
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipagent"
+	"github.com/kubext/kubext/internal/netconf"
+	"github.com/kubext/kubext/internal/witness"
+	"github.com/kubext/kubext/internal/witnessnet"
+)
+
+// Config is the agent's part in Witness failover. Every agent of a
+// cluster must use the same port, key and timing.
+type Config struct {
+	// Port is the UDP port of the protocol on the node network (0: off).
+	Port uint
+	// Host is the address the socket binds to ("": every address of the
+	// node, as the deployed agent has it; the bench gives each light agent
+	// a loopback address of its own).
+	Host    string
+	KeyFile string
+	Timing  witness.Timing
+	// IdleLease and IdleRenew are the heartbeat's timings while the node
+	// holds nothing on its Lease.
+	IdleLease, IdleRenew time.Duration
+}
+
+// DefaultConfig is the ip-agent's defaults, protocol off.
+func DefaultConfig() Config {
+	return Config{Timing: witness.DefaultTiming(), IdleLease: 16 * time.Second, IdleRenew: 8 * time.Second}
+}
+
+// BindFlags registers the ip-agent's witness flags, with DefaultConfig's
+// values as defaults.
+func (c *Config) BindFlags(fs *flag.FlagSet) {
+	*c = DefaultConfig()
+	fs.UintVar(&c.Port, "witness-port", 0, "UDP port of the witness protocol on the node network (0 = off: every hold is on the heartbeat Lease). "+
+		"IPs of pools with failover Witness are then held while a majority of their witnesses vouches for this node.")
+	fs.StringVar(&c.KeyFile, "witness-key-file", "", "File holding the cluster's witness key (at least 32 bytes; the Secret kubext-witness-key).")
+	fs.DurationVar(&c.Timing.ProbeInterval, "witness-probe-interval", c.Timing.ProbeInterval, "How often a holder probes each witness.")
+	fs.DurationVar(&c.Timing.HoldFor, "witness-hold-for", c.Timing.HoldFor, "How long after a probe a quorum vouched for the holder keeps answering.")
+	fs.DurationVar(&c.Timing.SilentAfter, "witness-silent-after", c.Timing.SilentAfter, "How long a witness hears nothing from a node before it declares it silent.")
+	fs.DurationVar(&c.Timing.FenceSlack, "witness-fence-slack", c.Timing.FenceSlack, "How long after its hold ends the node may still answer: the hold gate's timers and packets in flight.")
+	fs.DurationVar(&c.IdleLease, "idle-lease-duration", c.IdleLease, "With --witness-port: the heartbeat's lease duration while the node holds nothing on its Lease (whole seconds): "+
+		"how long a node that dies then still counts as a candidate.")
+	fs.DurationVar(&c.IdleRenew, "idle-renew-interval", c.IdleRenew, "With --witness-port: how often the heartbeat is renewed while the node holds nothing on its Lease.")
+}
+
+// Refresher is what the run needs of the data plane: restart the
+// addresses' lifetimes as the witnesses vouch (netconf.Dataplane.Refresh:
+// netconf.ErrLapsed when something had expired).
+type Refresher interface{ Refresh() error }
+
+// Run is the agent's peer, run by the agent's manager (Start).
+type Run struct {
+	peer    *witnessnet.Peer
+	timing  witness.Timing
+	vouched chan struct{}
+	agent   *ipagent.Reconciler
+	dp      Refresher
+	log     logr.Logger
+}
+
+// New restores what this node published before (its last generation and
+// its declarations, which it must never contradict: a restarted witness
+// that forgot a declaration could vouch for a node the controller has
+// already moved away from), and opens the peer's socket. It waits for the
+// API server: without its declarations the node must not answer any
+// probe. publish asks the heartbeat to write the Lease (Annotations).
+func New(ctx context.Context, c Config, cs kubernetes.Interface, namespace, node string,
+	agent *ipagent.Reconciler, dp Refresher, publish func(), log logr.Logger) (*Run, error) {
+	if err := c.Timing.Validate(); err != nil {
+		return nil, fmt.Errorf("witness timing: %w", err)
+	}
+	if c.Port > 65535 {
+		return nil, fmt.Errorf("--witness-port %d is not a port", c.Port)
+	}
+	key, err := os.ReadFile(c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--witness-key-file: %w", err)
+	}
+	codec, err := witness.NewCodec(key)
+	if err != nil {
+		return nil, fmt.Errorf("--witness-key-file %s: %w", c.KeyFile, err)
+	}
+	var last witness.Gen
+	var declared map[string]witness.Gen
+	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err != nil:
+			log.Info("Reading this node's witness declarations back", "lease", name, "error", err.Error())
+			return false, nil
+		}
+		if last, err = witness.ParseGen(l.Annotations[witness.AnnotationGeneration]); err != nil {
+			return false, fmt.Errorf("lease %s: %w", name, err)
+		}
+		declared, err = witness.ParseDeclared(l.Annotations[witness.AnnotationDeclared])
+		if err != nil {
+			return false, fmt.Errorf("lease %s: %w", name, err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := net.ListenPacket("udp", net.JoinHostPort(c.Host, strconv.FormatUint(uint64(c.Port), 10)))
+	if err != nil {
+		return nil, fmt.Errorf("witness port: %w", err)
+	}
+	w := &Run{timing: c.Timing, vouched: make(chan struct{}, 1), agent: agent, dp: dp, log: log}
+	w.peer, err = witnessnet.New(witnessnet.Config{
+		Node:     node,
+		Timing:   c.Timing,
+		Codec:    codec,
+		Conn:     conn,
+		Gen:      witness.NextGen(last, time.Now()),
+		Declared: declared,
+		OnVouched: func() {
+			select {
+			case w.vouched <- struct{}{}:
+			default:
+			}
+		},
+		OnDeclared: func(d []witness.Hold) {
+			log.Info("Declared silent", "holds", d)
+			publish()
+		},
+		OnLost: func() {
+			log.Info("A witness declared this node's generation silent: stopping, and starting a new generation")
+			err := agent.WitnessesLost(func() error { return w.peer.Restart(witness.NextGen(w.peer.Gen(), time.Now())) })
+			if err != nil {
+				log.Error(err, "Starting a new witness generation")
+			}
+			publish()
+		},
+		Log: log.WithName("witness"),
+	})
+	if err != nil {
+		return nil, errors.Join(err, conn.Close())
+	}
+	log.Info("Witness protocol on", "port", c.Port, "generation", w.peer.Gen(), "declared", len(declared))
+	return w, nil
+}
+
+// Peer is the agent's end of the protocol (ipagent.WitnessConfig.Peer).
+func (w *Run) Peer() *witnessnet.Peer { return w.peer }
+
+// Start runs the peer, and refreshes the kernel's deadlines as the
+// witnesses vouch.
+func (w *Run) Start(ctx context.Context) error {
+	go w.follow(ctx)
+	return w.peer.Run(ctx)
+}
+
+// follow moves the kernel's deadlines with each vouch, and asks for a
+// reconcile when a claim waits for a quorum or a hold has lapsed.
+func (w *Run) follow(ctx context.Context) {
+	check := time.NewTicker(w.timing.HoldFor / 2)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.vouched:
+			if !w.agent.HoldsOnWitnesses() {
+				w.agent.Poke() // a claim may be waiting for this quorum
+				continue
+			}
+			if err := w.dp.Refresh(); errors.Is(err, netconf.ErrLapsed) {
+				w.agent.Poke()
+			}
+		case <-check.C:
+			if w.agent.HoldsOnWitnesses() && w.agent.HoldDeadline(time.Time{}, 0).Before(time.Now()) {
+				w.agent.Poke() // lapsed: take it off
+			}
+		}
+	}
+}
+
+// Idle is the heartbeat's Idle: nil (never idle) without the protocol;
+// else idle while the node holds nothing on its Lease and only pools with
+// Witness failover select it (a Lease pool's standby must stay fresh to
+// be chosen, and to claim without waiting for a renewal).
+func (w *Run) Idle(agent *ipagent.Reconciler, duty *ipagent.Duty) func() bool {
+	if w == nil {
+		return nil
+	}
+	return func() bool { return agent.Idle() && duty.OnlyWitnessPools() }
+}
+
+// Annotations publish the generation and the declarations on the Lease
+// (heartbeat.Config.Annotations); nil without the protocol.
+func (w *Run) Annotations() map[string]string {
+	if w == nil {
+		return nil
+	}
+	out := map[string]string{witness.AnnotationGeneration: strconv.FormatUint(uint64(w.peer.Gen()), 10)}
+	// Never write fewer declarations than before: leave the old ones.
+	if decl, err := witness.FormatDeclared(w.peer.Declared()); err != nil {
+		w.log.Error(err, "Publishing declarations")
+	} else {
+		out[witness.AnnotationDeclared] = decl
+	}
+	return out
+}
