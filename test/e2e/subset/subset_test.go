@@ -81,7 +81,7 @@ func TestChartWithOnlyTheRedisController(t *testing.T) {
 	// (they serve the IP and reboot controllers), one manager replica.
 	cmd := exec.CommandContext(ctx, helm, "template", "kubext", filepath.Join(root, "charts", "kubext"),
 		"--namespace", lab.SystemNamespace, "--include-crds",
-		"--set", "controllers={redis}", "--set", "manager.replicas=1",
+		"--set", "controllers={redis}", "--set", "manager.replicas=1", "--set", "manager.podDisruptionBudget.enabled=false",
 		"--set", "agents.ipAgent.enabled=false", "--set", "agents.rebootAgent.enabled=false")
 	cmd.Stderr = os.Stderr
 	rendered, err := cmd.Output()
