@@ -89,8 +89,8 @@ func TestChartWithOnlyTheRedisController(t *testing.T) {
 	g.Expect(string(rendered)).To(ContainSubstring("--controllers=redis"))
 	manifest := filepath.Join(l.Dir, "install-redis-only.yaml")
 	g.Expect(os.WriteFile(manifest, rendered, 0o644)).To(Succeed())
-	_, err = kubectl("create", "namespace", lab.SystemNamespace)
-	g.Expect(err).NotTo(HaveOccurred())
+	// helm template renders no Namespace: the user makes it.
+	g.Expect(l.EnsureNamespace(ctx, lab.SystemNamespace)).To(Succeed())
 	d, err := l.Install(ctx, lab.InstallOptions{Manifest: manifest})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(d.Stop)
