@@ -2,10 +2,11 @@
 // StatefulSet of size members, a headless Service for their stable DNS
 // names, a Service for the primary and one for the replicas, and a
 // PodDisruptionBudget, all owned by the Redis and kept matching it with
-// server-side apply; and, inside Redis, one primary with every other member
-// replicating from it (internal/redisrepl decides and acts). The status
-// reports what is observed: the primary, the members in service, and why
-// any is not.
+// server-side apply; the Secret of its generated password, unless it
+// names its own or asks for none (redis_password.go); and, inside Redis,
+// one primary with every other member replicating from it
+// (internal/redisrepl decides and acts). The status reports what is
+// observed: the primary, the members in service, and why any is not.
 package redis
 
 import (
