@@ -145,7 +145,9 @@ func TestChartWithOnlyTheRedisController(t *testing.T) {
 			args = append(args, "-n", namespace[0])
 		}
 		out, _ := kubectl(args...) // "no" exits 1
-		return out
+		// The answer is the last line (a warning may come first, e.g.
+		// that nodes are not namespaced).
+		return out[strings.LastIndex(out, "\n")+1:]
 	}
 	for _, tc := range []struct{ verb, resource, want string }{
 		// Controls: what the Redis controller uses.
