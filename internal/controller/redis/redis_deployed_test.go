@@ -92,6 +92,9 @@ func TestDeployedManagerGeneratesPasswordsAndNothingElse(t *testing.T) {
 		{"the webhook certificate's name, outside the manager's namespace", &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: deployedNS, Name: "kubext-webhook-server-cert"},
 		}, "not Secret kubext-webhook-server-cert without an owner"},
+		{"another name in the manager's namespace", &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "kubext-system", Name: "kubext-other"},
+		}, "not Secret kubext-other without an owner"},
 	}
 	// Without the policy, RBAC alone lets the manager's identity make every
 	// one of them (a dry run: nothing is kept).
@@ -115,10 +118,13 @@ func TestDeployedManagerGeneratesPasswordsAndNothingElse(t *testing.T) {
 		g.Expect(err).To(MatchError(ContainSubstring(tc.refused)), tc.name)
 		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", tc.name, err)
 	}
-	// The webhook certificate's Secret in the manager's own namespace stays
-	// its to write (internal/webhookcert), as does a Redis's <name>-auth.
-	g.Expect(manager.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kubext-system", Name: "kubext-webhook-server-cert"}},
-		client.DryRunAll)).To(Succeed())
+	// The Secrets it keeps in its own namespace stay its to write: its
+	// webhook certificate's (internal/webhookcert) and the witness key
+	// (internal/witnesskey); as does a Redis's <name>-auth.
+	for _, name := range []string{"kubext-webhook-server-cert", "kubext-witness-key"} {
+		g.Expect(manager.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kubext-system", Name: name}},
+			client.DryRunAll)).To(Succeed(), name)
+	}
 	g.Expect(manager.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: deployedNS, Name: "x-auth",
 		OwnerReferences: owner("cache.kubext.io/v1alpha1", "Redis", "x")}}, client.DryRunAll)).To(Succeed())
 
