@@ -29,7 +29,10 @@ import (
 	cachev1 "github.com/kubext/kubext/api/cache/v1alpha1"
 )
 
-const redisPassword = "e2e-Secret-pw"
+// redisPassword is the password of the Redis the running test made
+// (createRedis): the one kubext generated for it. The lab tests run one at
+// a time.
+var redisPassword string
 
 // quietRedis drops go-redis's own log lines: the tests' clients dial
 // members that are down on purpose, and say so in their errors.
@@ -297,10 +300,13 @@ func TestRedisOnTheLab(t *testing.T) {
 	for _, p := range append([]corev1.Pod{primary}, replicas...) {
 		g.Expect(pn.PodNamespace("default/"+p.Name)).NotTo(BeEmpty(), p.Name)
 	}
-	// The password from the Secret guards every member.
+	// The generated password guards every member (protected mode on).
 	anon := redis.NewClient(&redis.Options{Addr: net.JoinHostPort(primary.Status.PodIP, "6379"), Protocol: 2, DisableIdentity: true, MaxRetries: -1})
 	g.Expect(anon.Ping(ctx).Err()).To(MatchError(ContainSubstring("NOAUTH")))
 	anon.Close()
+	pc := redisAt(primary.Status.PodIP)
+	g.Expect(pc.ConfigGet(ctx, "protected-mode").Val()).To(HaveKeyWithValue("protected-mode", "yes"))
+	pc.Close()
 	// The process runs as the redis user, not as root.
 	proc := pn.Container("default/"+primary.Name, "redis")
 	g.Expect(proc).NotTo(BeNil())
@@ -428,20 +434,27 @@ func TestRedisOnTheLab(t *testing.T) {
 	}, time.Minute, 200*time.Millisecond).Should(BeEmpty())
 }
 
-// createRedis creates, in namespace default, a Secret name-auth holding
-// redisPassword and a three-member Redis name that uses it, both deleted
-// when the test ends.
+// createRedis creates, in namespace default, a three-member Redis name
+// with the default authentication, deleted when the test ends: kubext
+// generates its password into a Secret, which createRedis reads (as a
+// client would: the Secret status.passwordSecretKeyRef names) into
+// redisPassword.
 func createRedis(t *testing.T, g Gomega, c client.Client, name string) *cachev1.Redis {
 	t.Helper()
 	ctx := context.Background()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name + "-auth"},
-		StringData: map[string]string{"password": redisPassword}}
-	g.Expect(c.Create(ctx, secret)).To(Succeed())
-	t.Cleanup(func() { _ = c.Delete(context.Background(), secret) })
-	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: cachev1.RedisSpec{
-		Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name, Key: "password"},
-	}}
+	rd := &cachev1.Redis{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: cachev1.RedisSpec{Size: 3}}
 	g.Expect(c.Create(ctx, rd)).To(Succeed())
 	t.Cleanup(func() { _ = c.Delete(context.Background(), rd) })
+	g.Eventually(func(g Gomega) {
+		got := &cachev1.Redis{}
+		g.Expect(c.Get(ctx, client.ObjectKeyFromObject(rd), got)).To(Succeed())
+		ref := got.Status.PasswordSecretKeyRef
+		g.Expect(ref).NotTo(BeNil(), "no password Secret in the status yet")
+		secret := &corev1.Secret{}
+		g.Expect(c.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: ref.Name}, secret)).To(Succeed())
+		g.Expect(metav1.IsControlledBy(secret, got)).To(BeTrue(), "Secret %s is not the Redis's", ref.Name)
+		g.Expect(secret.Data[ref.Key]).To(HaveLen(43))
+		redisPassword = string(secret.Data[ref.Key])
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 	return rd
 }

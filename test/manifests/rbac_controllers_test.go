@@ -143,10 +143,11 @@ func TestChartGrantsOnlyTheSelectedControllers(t *testing.T) {
 	}
 }
 
-// With rbac.redisSecretNamespaces the manager reads Secrets in those
-// namespaces only: the ClusterRole grants no Secret, a Role in each listed
-// namespace grants get, bound to the manager; without the Redis controller
-// there is no such Role at all.
+// With rbac.redisSecretNamespaces the manager reads and creates (the
+// passwords it generates) Secrets in those namespaces only: the
+// ClusterRole grants no Secret, a Role in each listed namespace grants get
+// and create, bound to the manager; without the Redis controller there is
+// no such Role at all.
 func TestChartGrantsRedisSecretsPerNamespace(t *testing.T) {
 	secretRoles := func(objs []*unstructured.Unstructured) (clusterWide bool, namespaces []string) {
 		for _, o := range objs {
@@ -165,6 +166,9 @@ func TestChartGrantsRedisSecretsPerNamespace(t *testing.T) {
 				case o.GetKind() == "ClusterRole" && o.GetName() == "kubext-manager-role":
 					clusterWide = true
 				case o.GetKind() == "Role" && o.GetName() == "kubext-redis-secret-reader":
+					if verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs"); !slices.Equal(verbs, []string{"create", "get"}) {
+						t.Errorf("Secret Role in %s grants %v, want create and get", o.GetNamespace(), verbs)
+					}
 					namespaces = append(namespaces, o.GetNamespace())
 				}
 			}

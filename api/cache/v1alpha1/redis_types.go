@@ -125,7 +125,28 @@ type Persistence struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
+// Authentication says whether a Redis's members require a password.
+// +kubebuilder:validation:Enum=Password;None
+type Authentication string
+
+const (
+	// AuthenticationPassword means clients and replicas must give the password
+	// of spec.passwordSecretKeyRef, or the one kubext generates.
+	AuthenticationPassword Authentication = "Password"
+	// AuthenticationNone means the members accept clients without a password.
+	AuthenticationNone Authentication = "None"
+)
+
+// GeneratedPasswordKey is the key of the password in the Secret kubext
+// generates for a Redis that names none (<name>-auth).
+const GeneratedPasswordKey = "password"
+
+// GeneratedPasswordSecretName is the name of the Secret kubext generates
+// for a Redis that names none.
+func GeneratedPasswordSecretName(redisName string) string { return redisName + "-auth" }
+
 // RedisSpec is the Redis the user wants.
+// +kubebuilder:validation:XValidation:rule="!(has(self.authentication) && self.authentication == 'None' && has(self.passwordSecretKeyRef))",message="passwordSecretKeyRef names a password, authentication None asks for none: set one or the other"
 // +kubebuilder:validation:XValidation:rule="has(self.persistence) == has(oldSelf.persistence) && (!has(self.persistence) || self.persistence == oldSelf.persistence)",message="persistence cannot be added, removed or changed once the Redis exists (a StatefulSet's volume claim templates cannot change); create a new Redis instead"
 type RedisSpec struct {
 	// size is the number of members: one primary and size-1 replicas of it.
@@ -147,10 +168,23 @@ type RedisSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('(:[A-Za-z0-9_][A-Za-z0-9_.-]*|@sha256:[a-f0-9]{64})$')",message="image must be pinned to a version tag or a digest, e.g. redis:7.2.5 or redis@sha256:<64 hex digits>"
 	// +kubebuilder:validation:XValidation:rule="!self.endsWith(':latest')",message="image must not be :latest; pin a version tag such as redis:7.2.5"
 	Image string `json:"image,omitempty"`
+	// authentication says whether clients and replicas must give a
+	// password (Redis requirepass and masterauth). Password (the default):
+	// they must, the one in spec.passwordSecretKeyRef or, without it, one
+	// kubext generates into a Secret <name>-auth (key "password", owned by
+	// the Redis; status.passwordSecretKeyRef names it), with protected mode
+	// on. None: the members accept any client that reaches them, without a
+	// password (protected mode off, else they would refuse every client
+	// from another pod); spec.passwordSecretKeyRef must not be set.
+	// Changing it rolls the members, and clients must change with it.
+	// +optional
+	// +kubebuilder:default=Password
+	Authentication Authentication `json:"authentication,omitempty"`
 	// passwordSecretKeyRef names the Secret key holding the password that
 	// clients and replicas must give (Redis requirepass and masterauth).
-	// Without it the members accept clients without a password. The pods
-	// read it when they start: after changing the password, restart them.
+	// Without it (and unless authentication is None) kubext generates one.
+	// The pods read it when they start: after changing the password,
+	// restart them.
 	// +optional
 	PasswordSecretKeyRef *SecretKeyRef `json:"passwordSecretKeyRef,omitempty"`
 	// persistence gives each member a volume of its own (append-only file
@@ -194,6 +228,11 @@ type RedisStatus struct {
 	// when no member could be seen to be primary.
 	// +optional
 	Primary string `json:"primary,omitempty"`
+	// passwordSecretKeyRef is the Secret key of the password the members
+	// require: spec.passwordSecretKeyRef, or the Secret kubext generated
+	// (<name>-auth, key "password"). Empty when authentication is None.
+	// +optional
+	PasswordSecretKeyRef *SecretKeyRef `json:"passwordSecretKeyRef,omitempty"`
 	// members lists each member (pods 0 to size-1) and its state.
 	// +optional
 	// +listType=map

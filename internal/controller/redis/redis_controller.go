@@ -2,10 +2,11 @@
 // StatefulSet of size members, a headless Service for their stable DNS
 // names, a Service for the primary and one for the replicas, and a
 // PodDisruptionBudget, all owned by the Redis and kept matching it with
-// server-side apply; and, inside Redis, one primary with every other member
-// replicating from it (internal/redisrepl decides and acts). The status
-// reports what is observed: the primary, the members in service, and why
-// any is not.
+// server-side apply; the Secret of its generated password, unless it
+// names its own or asks for none (redis_password.go); and, inside Redis,
+// one primary with every other member replicating from it
+// (internal/redisrepl decides and acts). The status reports what is
+// observed: the primary, the members in service, and why any is not.
 package redis
 
 import (
@@ -79,6 +80,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	status := statuspatch.New(r.Client, rd, statusFields)
 	defer func() { reterr = errors.Join(reterr, status.Patch(ctx, rd, reterr)) }()
+	var err error
+	// A generated password's Secret is made before the StatefulSet, so that
+	// the members find it when they start; a Secret the spec names is the
+	// user's to make, and the objects are made without waiting for it.
+	var password string
+	if generates(rd) {
+		if password, err = r.password(ctx, rd); err != nil {
+			return passwordMissing(rd, err)
+		}
+	}
 	sts, err := r.reconcileObjects(ctx, rd)
 	if errors.Is(err, ownedapply.ErrNotControlled) {
 		// Not ours to change, and its deletion is no event for this
@@ -90,13 +101,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	rd.Status.Replicas = sts.Status.Replicas
 
-	password, err := r.password(ctx, rd)
-	if errors.Is(err, errNoSecret) {
-		// The Secret is not watched (see APIReader): look again.
-		return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, err
+	if !generates(rd) {
+		if password, err = r.password(ctx, rd); err != nil {
+			return passwordMissing(rd, err)
+		}
 	}
 	poll, err := r.reconcileReplication(ctx, rd, password)
 	if err != nil {
@@ -113,6 +121,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{RequeueAfter: observeEvery}, nil
 	}
 	return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
+}
+
+// passwordMissing is the result of a reconcile that has no password to
+// talk to the members with (err from password).
+func passwordMissing(rd *cachev1.Redis, err error) (ctrl.Result, error) {
+	switch {
+	case errors.Is(err, errNoSecret):
+		// Secrets are not watched (see APIReader): look again.
+		return ctrl.Result{RequeueAfter: retryAfter(rd)}, nil
+	case errors.Is(err, ownedapply.ErrNotControlled):
+		return ctrl.Result{RequeueAfter: nameTakenRetry}, nil
+	}
+	return ctrl.Result{}, err
 }
 
 const (

@@ -61,17 +61,20 @@ func (f *fixture) event(key client.ObjectKey, reason string) *eventsv1.Event {
 
 // members plays the StatefulSet controller and the kubelet, which envtest
 // does not run: it creates the Redis's pods 0 to n-1, running, each with
-// an IP address where a fake Redis server answers. It returns the
-// addresses. Pod i is on nodes[i] when given.
-func (f *fixture) members(key client.ObjectKey, n int, password string, nodes ...string) []string {
+// an IP address where a fake Redis server answers, with the password the
+// pod template's REDIS_PASSWORD comes from (none without it), as the
+// kubelet would give it. It returns the addresses. Pod i is on nodes[i]
+// when given.
+func (f *fixture) members(key client.ObjectKey, n int, nodes ...string) []string {
 	f.T.Helper()
 	sts := testenv.Eventually(f.Fixture, key, &appsv1.StatefulSet{}, func(g Gomega, sts *appsv1.StatefulSet) { testenv.Applied(g, sts) })
+	password := f.podPassword(sts)
 	var addrs []string
 	for i := range n {
 		ip := nextIP.Add(1)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: ns, Name: fmt.Sprintf("%s-%d", key.Name, i), Labels: sts.Spec.Template.Labels,
+				Namespace: key.Namespace, Name: fmt.Sprintf("%s-%d", key.Name, i), Labels: sts.Spec.Template.Labels,
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))},
 			},
 			Spec: sts.Spec.Template.Spec,
@@ -91,6 +94,23 @@ func (f *fixture) members(key client.ObjectKey, n int, password string, nodes ..
 		addrs = append(addrs, addr)
 	}
 	return addrs
+}
+
+// podPassword is the password the kubelet would give the members'
+// redis-server: REDIS_PASSWORD of the pod template, from its Secret.
+func (f *fixture) podPassword(sts *appsv1.StatefulSet) string {
+	f.T.Helper()
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name != "REDIS_PASSWORD" {
+			continue
+		}
+		ref := e.ValueFrom.SecretKeyRef
+		secret := f.Get(client.ObjectKey{Namespace: sts.Namespace, Name: ref.Name}, &corev1.Secret{}).(*corev1.Secret)
+		pw, ok := secret.Data[ref.Key]
+		f.G.Expect(ok).To(BeTrue(), "Secret %s has no key %s", ref.Name, ref.Key)
+		return string(pw)
+	}
+	return ""
 }
 
 func (f *fixture) podRole(key client.ObjectKey, i int) string {
@@ -242,7 +262,7 @@ func TestReplicationFollowsObservations(t *testing.T) {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "auth-" + f.ID}, Data: map[string][]byte{"password": []byte("pw")}}
 	f.Create(secret)
 	key := f.redis("repl", cachev1.RedisSpec{Size: 3, PasswordSecretKeyRef: &cachev1.SecretKeyRef{Name: secret.Name}})
-	addrs := f.members(key, 3, "pw")
+	addrs := f.members(key, 3)
 
 	// Three fresh servers: the first becomes primary, the others follow it.
 	rd := f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
@@ -352,7 +372,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 		},
 	})
-	f.members(key, 3, "")
+	f.members(key, 3)
 	f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
 	f.G.Eventually(func() string { return f.podRole(key, 2) }, testenv.WaitFor).Should(Equal(cachev1.RoleReplica))
 
@@ -398,7 +418,7 @@ func TestCordonedPrimaryHandsOver(t *testing.T) {
 		nodes = append(nodes, f.Create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "redis-" + n + "-" + f.ID}}).Name)
 	}
 	key := f.redis("drain", size(3))
-	addrs := f.members(key, 3, "", nodes...)
+	addrs := f.members(key, 3, nodes...)
 	rd := f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
 	f.G.Expect(rd.Status.Primary).To(Equal(key.Name + "-0"))
 	servers.update(addrs[1], func(s *fakeServer) { s.state.Offset = 7 })
@@ -456,7 +476,7 @@ func (o observing) Observe(ctx context.Context, m redisrepl.Member) (redisrepl.S
 func TestUnansweredPrimaryIsObservedAtOnce(t *testing.T) {
 	f := newFixture(t)
 	key := f.redis("urgent", size(2))
-	addrs := f.members(key, 2, "")
+	addrs := f.members(key, 2)
 	rd := f.condition(key, cachev1.ConditionReady, metav1.ConditionTrue, cachev1.ReasonReplicating)
 	f.G.Expect(rd.Status.Primary).To(Equal(key.Name + "-0"))
 	f.G.Eventually(func() string { return f.podRole(key, 0) }, testenv.WaitFor).Should(Equal(cachev1.RolePrimary))

@@ -3,14 +3,12 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -49,11 +47,6 @@ func replicasName(rd *cachev1.Redis) string { return rd.Name + "-replicas" }
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-
-// errNoSecret: the password Secret or its key does not exist, or kubext
-// may not read it.
-var errNoSecret = errors.New("password Secret not found or not readable")
 
 // reconcileObjects makes the Redis's StatefulSet, Services and
 // PodDisruptionBudget match its spec and returns the StatefulSet as it now
@@ -121,38 +114,6 @@ func apply[T any, O interface {
 	return live, nil
 }
 
-// password reads the password from the Secret the spec names; "" when it
-// names none.
-func (r *Reconciler) password(ctx context.Context, rd *cachev1.Redis) (string, error) {
-	ref := rd.Spec.PasswordSecretKeyRef
-	if ref == nil {
-		return "", nil
-	}
-	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: ref.Name}, secret)
-	if apierrors.IsNotFound(err) {
-		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretNotFound,
-			"Secret %s (spec.passwordSecretKeyRef) does not exist: the members cannot start without it", ref.Name)
-		return "", errNoSecret
-	}
-	if apierrors.IsForbidden(err) {
-		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretForbidden,
-			"kubext may not read Secret %s (spec.passwordSecretKeyRef): its manager is granted Secrets only in some namespaces, not %s "+
-				"(the chart's rbac.redisSecretNamespaces); it cannot manage the members without the password", ref.Name, rd.Namespace)
-		return "", errNoSecret
-	}
-	if err != nil {
-		return "", fmt.Errorf("reading Secret %s/%s (spec.passwordSecretKeyRef): %w", rd.Namespace, ref.Name, err)
-	}
-	pw, ok := secret.Data[ref.Key]
-	if !ok {
-		setCondition(rd, cachev1.ConditionReady, metav1.ConditionFalse, cachev1.ReasonSecretNotFound,
-			"Secret %s (spec.passwordSecretKeyRef) has no key %q: the members cannot start without it", ref.Name, ref.Key)
-		return "", errNoSecret
-	}
-	return string(pw), nil
-}
-
 // labels are on every object and pod of a Redis.
 func labels(rd *cachev1.Redis) map[string]string {
 	return map[string]string{
@@ -186,8 +147,6 @@ func ownerReference(rd *cachev1.Redis) *metav1ac.OwnerReferenceApplyConfiguratio
 func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfiguration {
 	args := []string{
 		"--port", strconv.Itoa(Port),
-		// Clients come from other pods; a password, when set, guards them.
-		"--protected-mode", "no",
 		"--dir", "/data",
 		// A member (re)starts as a read-only replica of an address where
 		// nothing listens, never as a primary: a primary's process that
@@ -219,7 +178,7 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 			WithTCPSocket(corev1ac.TCPSocketAction().WithPort(intstr.FromString("redis"))).
 			WithInitialDelaySeconds(10).
 			WithPeriodSeconds(10))
-	if ref := rd.Spec.PasswordSecretKeyRef; ref != nil {
+	if ref := passwordRef(rd); ref != nil {
 		fromSecret := func(name string) *corev1ac.EnvVarApplyConfiguration {
 			return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
 				WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(ref.Name).WithKey(ref.Key)))
@@ -228,7 +187,14 @@ func desiredStatefulSet(rd *cachev1.Redis) *appsv1ac.StatefulSetApplyConfigurati
 		// password is in no object but the Secret; redis-cli (the
 		// readiness probe) reads REDISCLI_AUTH.
 		container.WithEnv(fromSecret("REDIS_PASSWORD"), fromSecret("REDISCLI_AUTH"))
-		args = append(args, "--requirepass", "$(REDIS_PASSWORD)", "--masterauth", "$(REDIS_PASSWORD)")
+		// Protected mode stays on: it refuses clients from other hosts
+		// only while the server has no password, so that a password lost
+		// from the configuration leaves Redis closed rather than open.
+		args = append(args, "--protected-mode", "yes", "--requirepass", "$(REDIS_PASSWORD)", "--masterauth", "$(REDIS_PASSWORD)")
+	} else {
+		// authentication None: clients come from other pods without a
+		// password, which protected mode would refuse.
+		args = append(args, "--protected-mode", "no")
 	}
 	// The image's entrypoint runs redis-server with these arguments.
 	container.WithArgs(args...)

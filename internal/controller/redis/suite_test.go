@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,14 +22,25 @@ var (
 	servers = newFakeRedis()
 	// apiServer is the test API server's admin config.
 	apiServer *rest.Config
+	suiteEnv  *testenv.Env
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) (err error) {
-		apiServer = env.Config
+		apiServer, suiteEnv = env.Config, env
 		// The manager's cache as deployed: Pods trimmed to what the
 		// controllers read (the Redis controller reads its members').
 		opts := ctrl.Options{Cache: cachetrim.Options("kubext-system")}
+		// The namespace of the manager run under its deployed identity
+		// (redis_deployed_test.go) is that manager's alone.
+		opts.Cache.DefaultFieldSelector = fields.OneTermNotEqualSelector("metadata.namespace", deployedNS)
+		for o, by := range opts.Cache.ByObject {
+			if _, ok := o.(*corev1.Node); ok {
+				// Nodes have no namespace to select on.
+				by.Field = fields.Everything()
+				opts.Cache.ByObject[o] = by
+			}
+		}
 		k8s, mgr, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
 			return newReconciler(mgr, mgr.GetClient(), "redis-controller").SetupWithManager(mgr)
 		}, cachev1.AddToScheme)

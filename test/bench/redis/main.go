@@ -66,6 +66,9 @@ type bench struct {
 	pn  *lab.PodNetwork
 	c   client.Client
 	w   *writer
+	// password is the one kubext generated for the Redis (the default:
+	// it names no Secret), read from the Secret its status names.
+	password string
 }
 
 func run(trials int, every time.Duration) (err error) {
@@ -112,7 +115,10 @@ func run(trials int, every time.Duration) (err error) {
 	if _, err := b.ready(ctx, size); err != nil {
 		return err
 	}
-	b.w = startWriter(ctx, b.c, every)
+	if b.password, err = b.generatedPassword(ctx); err != nil {
+		return err
+	}
+	b.w = startWriter(ctx, b.c, every, b.password)
 	defer b.w.stop()
 	fmt.Printf("Settings: Redis of %d members (no persistence); one write every %s to the pod labelled primary; %d trials per kind\n", size, every, trials)
 
@@ -362,7 +368,7 @@ func (b *bench) missing(ctx context.Context, seqs []int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc := dial(primary.Status.PodIP)
+	rc := dial(primary.Status.PodIP, b.password)
 	defer rc.Close()
 	var out []int
 	for len(seqs) > 0 {
@@ -385,6 +391,28 @@ func (b *bench) missing(ctx context.Context, seqs []int) ([]int, error) {
 	return out, nil
 }
 
+// generatedPassword reads the Redis's password as a client would: from
+// the Secret its status names (the one kubext generated).
+func (b *bench) generatedPassword(ctx context.Context) (string, error) {
+	rd := &cachev1.Redis{}
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, rd); err != nil {
+		return "", err
+	}
+	ref := rd.Status.PasswordSecretKeyRef
+	if ref == nil {
+		return "", fmt.Errorf("redis %s/%s: no password Secret in its status", namespace, name)
+	}
+	secret := &corev1.Secret{}
+	if err := b.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, secret); err != nil {
+		return "", err
+	}
+	pw, ok := secret.Data[ref.Key]
+	if !ok || len(pw) == 0 {
+		return "", fmt.Errorf("secret %s/%s has no key %q", namespace, ref.Name, ref.Key)
+	}
+	return string(pw), nil
+}
+
 func key(n int) string { return "seq-" + strconv.Itoa(n) }
 
 // dial returns a client of the member at ip that tries each connection
@@ -393,8 +421,8 @@ func key(n int) string { return "seq-" + strconv.Itoa(n) }
 // next dial). go-redis's default of 5 dial attempts 100 ms apart kept the
 // writer on a gone primary's address for 0.4 s and more after the label
 // had moved.
-func dial(ip string) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort(ip, "6379"), Protocol: 2, DisableIdentity: true,
+func dial(ip, password string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: net.JoinHostPort(ip, "6379"), Password: password, Protocol: 2, DisableIdentity: true,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
 		DialerRetries: 1, MaxRetries: -1, PoolSize: 1})
 }
@@ -415,7 +443,7 @@ type writer struct {
 	done   chan struct{}
 }
 
-func startWriter(ctx context.Context, c client.Client, every time.Duration) *writer {
+func startWriter(ctx context.Context, c client.Client, every time.Duration, password string) *writer {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &writer{cancel: cancel, done: make(chan struct{})}
 	lookup := func() {
@@ -474,7 +502,7 @@ func startWriter(ctx context.Context, c client.Client, every time.Duration) *wri
 				if rc != nil {
 					rc.Close()
 				}
-				rc, addr = dial(target), target
+				rc, addr = dial(target, password), target
 			}
 			if err := rc.Set(ctx, key(n), n, 0).Err(); err != nil {
 				w.mu.Lock()

@@ -30,10 +30,11 @@ func (silentRedis) Printf(context.Context, string, ...any) {}
 func init() { redis.SetLogger(silentRedis{}) }
 
 // memberClient dials one Redis member by its pod IP from the root namespace
-// (the lab routes member pods there as well as to the manager's pod).
-func memberClient(ip string) *redis.Client {
+// (the lab routes member pods there as well as to the manager's pod), with
+// its password.
+func memberClient(ip, password string) *redis.Client {
 	return redis.NewClient(&redis.Options{
-		Addr: net.JoinHostPort(ip, "6379"), Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
+		Addr: net.JoinHostPort(ip, "6379"), Password: password, Protocol: 2, DisableIdentity: true, PoolSize: 1, MaxRetries: -1,
 		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 	})
 }
@@ -42,8 +43,8 @@ func memberClient(ip string) *redis.Client {
 // primary that a client could take for the one: it has replicas, or its
 // pod is labelled primary. A member that restarted answers as a replica of
 // nobody, never as a primary.
-func servingPrimary(ctx context.Context, ip string, labelled bool) bool {
-	c := memberClient(ip)
+func servingPrimary(ctx context.Context, ip, password string, labelled bool) bool {
+	c := memberClient(ip, password)
 	defer c.Close()
 	v, err := c.Do(ctx, "ROLE").Slice()
 	if err != nil || len(v) < 3 || v[0] != "master" {
@@ -106,6 +107,8 @@ func TestDeployedRedisFailover(t *testing.T) {
 			}
 		}
 	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+	// The password the deployed manager generated (the Redis names none).
+	password := generatedPassword(ctx, g, c, rd)
 
 	// Never two primaries, sampled every 100ms from here on.
 	var (
@@ -132,7 +135,7 @@ func TestDeployedRedisFailover(t *testing.T) {
 				if isLabelled {
 					labelled = append(labelled, p.Name)
 				}
-				if p.Status.PodIP != "" && servingPrimary(ctx, p.Status.PodIP, isLabelled) {
+				if p.Status.PodIP != "" && servingPrimary(ctx, p.Status.PodIP, password, isLabelled) {
 					serving = append(serving, p.Name)
 				}
 			}
@@ -145,11 +148,11 @@ func TestDeployedRedisFailover(t *testing.T) {
 		}
 	}()
 
-	pc := memberClient(primary.Status.PodIP)
+	pc := memberClient(primary.Status.PodIP, password)
 	defer pc.Close()
 	g.Expect(pc.Set(ctx, "greeting", "hello from "+primary.Name, 0).Err()).To(Succeed())
 	readKey := func(ip, want string, within time.Duration) {
-		rc := memberClient(ip)
+		rc := memberClient(ip, password)
 		defer rc.Close()
 		g.Eventually(func() (string, error) { return rc.Get(ctx, "greeting").Result() }, within, 100*time.Millisecond).Should(Equal(want), ip)
 	}
@@ -172,7 +175,7 @@ func TestDeployedRedisFailover(t *testing.T) {
 		g.Expect(got.Status.Primary).NotTo(Equal(primary.Name))
 		promoted = members(g)[got.Status.Primary]
 		g.Expect(promoted.Spec.NodeName).NotTo(Equal(node))
-		g.Expect(servingPrimary(ctx, promoted.Status.PodIP, true)).To(BeTrue())
+		g.Expect(servingPrimary(ctx, promoted.Status.PodIP, password, true)).To(BeTrue())
 	}, 90*time.Second, 100*time.Millisecond).Should(Succeed())
 	t.Logf("node %s killed: %s promoted after %s", node, promoted.Name, time.Since(start).Round(10*time.Millisecond))
 	readKey(promoted.Status.PodIP, want, 5*time.Second)
@@ -198,4 +201,19 @@ func TestDeployedRedisFailover(t *testing.T) {
 	defer mu.Unlock()
 	g.Expect(samples).To(BeNumerically(">", 10))
 	g.Expect(split).To(BeEmpty(), "never two primaries")
+}
+
+// generatedPassword reads the password kubext generated for rd as a client
+// would: from the Secret its status names, which the Redis controls.
+func generatedPassword(ctx context.Context, g Gomega, c client.Client, rd *cachev1.Redis) string {
+	got := &cachev1.Redis{}
+	g.Expect(c.Get(ctx, client.ObjectKeyFromObject(rd), got)).To(Succeed())
+	ref := got.Status.PasswordSecretKeyRef
+	g.Expect(ref).NotTo(BeNil(), "no password Secret in the status")
+	secret := &corev1.Secret{}
+	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: rd.Namespace, Name: ref.Name}, secret)).To(Succeed())
+	g.Expect(metav1.IsControlledBy(secret, got)).To(BeTrue(), "Secret %s is not the Redis's", ref.Name)
+	g.Expect(secret.Type).To(Equal(corev1.SecretTypeOpaque))
+	g.Expect(secret.Data[ref.Key]).NotTo(BeEmpty())
+	return string(secret.Data[ref.Key])
 }
