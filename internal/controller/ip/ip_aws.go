@@ -50,6 +50,10 @@ type awsState struct {
 	mu       sync.Mutex
 	verified map[string]verifiedPlacement
 	targets  map[string]awsprov.NodeTarget
+	// refused is each IP's last refused or failed move, so that the
+	// events that follow (the agent's claim, its confirmation) do not ask
+	// EC2 again before ec2Retry: never a tight loop.
+	refused map[string]refusedMove
 }
 
 type verifiedPlacement struct {
@@ -62,6 +66,35 @@ type verifiedPlacement struct {
 	at      time.Time
 }
 
+// refusedMove is a move of an IP to node that EC2 refused or failed at.
+type refusedMove struct {
+	node    string
+	at      time.Time
+	failure ec2Failure
+}
+
+// refusedRecently is the failure of the last move of ip to node if it was
+// less than ec2Retry ago: the move waits, whatever event brought it back.
+// A move to another node (a failover) is not held back.
+func (r *Reconciler) refusedRecently(ip, node string) *ec2Failure {
+	r.aws.mu.Lock()
+	defer r.aws.mu.Unlock()
+	m, ok := r.aws.refused[ip]
+	if !ok || m.node != node || r.now().Sub(m.at) >= ec2Retry {
+		return nil
+	}
+	f := m.failure
+	return &f
+}
+
+// rememberRefusal remembers f, the failure of a move of ip to node, and returns it.
+func (r *Reconciler) rememberRefusal(ip, node string, f *ec2Failure) *ec2Failure {
+	r.aws.mu.Lock()
+	defer r.aws.mu.Unlock()
+	r.aws.refused[ip] = refusedMove{node: node, at: r.now(), failure: *f}
+	return f
+}
+
 // giveBackFirst is how many private IPs may wait in status.aws.giveBack
 // before a move gives them back first (a move adds at most two; the list
 // holds at most eight).
@@ -72,6 +105,7 @@ func (s *awsState) init() {
 	defer s.mu.Unlock()
 	if s.verified == nil {
 		s.verified, s.targets = map[string]verifiedPlacement{}, map[string]awsprov.NodeTarget{}
+		s.refused = map[string]refusedMove{}
 	}
 }
 
@@ -166,6 +200,9 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 		}
 		return nil
 	}
+	if f := r.refusedRecently(ip.Name, node); f != nil {
+		return f
+	}
 	addr, err := awsAddress(ip)
 	if err != nil {
 		return &ec2Failure{reason: awsprov.ReasonEC2Error, message: err.Error()}
@@ -177,7 +214,7 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	start := time.Now()
 	target, err := r.resolve(ctx, n, addr)
 	if err != nil {
-		return r.ec2Failed(ctx, ip, st, "Resolve", err)
+		return r.rememberRefusal(ip.Name, node, r.ec2Failed(ctx, ip, st, "Resolve", err))
 	}
 	if len(st.GiveBack) >= giveBackFirst {
 		// Give-backs keep failing: do not pile up more.
@@ -192,12 +229,13 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	record(st, att)
 	if err != nil {
 		r.forgetTarget(n, addr)
-		return r.ec2Failed(ctx, ip, st, "Attach", err)
+		return r.rememberRefusal(ip.Name, node, r.ec2Failed(ctx, ip, st, "Attach", err))
 	}
 	moved := st.Node != node
 	st.Node = node
 	r.aws.mu.Lock()
 	r.aws.verified[ip.Name] = verifiedPlacement{status: *st.DeepCopy(), seen: att.Seen, address: addr.IP.String(), at: r.now()}
+	delete(r.aws.refused, ip.Name)
 	r.aws.mu.Unlock()
 	ec2Seconds.Observe(time.Since(start).Seconds())
 	if !moved {

@@ -289,36 +289,43 @@ func TestAWSUserElasticIPAndRestartReuse(t *testing.T) {
 }
 
 // EC2's refusals become the Attached condition and a Warning Event naming
-// the EC2 action and error code; once EC2 accepts, the IP is Ready.
+// the EC2 action and error code; the move is not asked again before
+// ec2Retry, whatever events come meanwhile (the agent's claim, its
+// confirmation); once EC2 accepts, the IP is Ready.
 func TestAWSFailureBecomesCondition(t *testing.T) {
 	f := newFixture(t)
 	pool, name := f.name("pool"), f.name("ip")
 	f.awsPool(pool, "10.0.200.8/29", false)
 	n1, eni1 := f.awsNode(f.name("a"))
 	assigns := ec2d.Calls("AssignPrivateIpAddresses")
-	// Refused at the placement and again at the agent's claim; the
-	// confirmation's reconcile or the retry after ec2Retry succeeds.
 	denied := ec2double.APIError("UnauthorizedOperation", "You are not authorized to perform this operation.")
-	ec2d.Fail("AssignPrivateIpAddresses", denied, denied)
+	ec2d.Fail("AssignPrivateIpAddresses", denied)
 	startAgent(t, n1)
 	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
 	f.pod(f.name("app"), name, n1, "192.0.2.141")
-	f.G.Eventually(func(g Gomega) {
+	refused := func(g Gomega) {
 		ip := f.ip(name)
 		c := condition(ip, ipv1.ConditionReady)
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(awsprov.ReasonIAMPermissionMissing))
 		g.Expect(c.Message).To(And(ContainSubstring("AssignPrivateIpAddresses"), ContainSubstring("UnauthorizedOperation")))
-	}, testenv.WaitFor).Should(Succeed())
+	}
+	f.G.Eventually(refused, testenv.WaitFor).Should(Succeed())
 	ev := ipEvent(f.Ctx, name, awsprov.ReasonIAMPermissionMissing)
 	f.G.Expect(ev).NotTo(BeNil())
 	f.G.Expect(ev.Type).To(Equal(corev1.EventTypeWarning))
 	f.G.Expect(ev.Action).To(Equal("AssignPrivateIpAddresses"))
 	f.G.Expect(ev.Note).To(ContainSubstring("ec2:AssignPrivateIpAddresses"))
+	// The agent claims and confirms meanwhile: EC2 is not asked again,
+	// and once claimed the IP shows the refusal again.
+	f.G.Consistently(func() int { return ec2d.Calls("AssignPrivateIpAddresses") - assigns },
+		3*time.Second, 100*time.Millisecond).Should(Equal(1), "asked EC2 again before ec2Retry")
+	f.G.Expect(f.ip(name).Status.AttachedNode).To(Equal(n1))
+	f.G.Eventually(refused, testenv.WaitFor).Should(Succeed())
 
-	// The permission granted: the retry (not a tight loop) succeeds.
+	// The permission granted: the retry after ec2Retry succeeds.
 	f.readyOn(name, n1, eni1)
-	f.G.Expect(ec2d.Calls("AssignPrivateIpAddresses")-assigns).To(Equal(3), "two refused, one accepted")
+	f.G.Expect(ec2d.Calls("AssignPrivateIpAddresses")-assigns).To(Equal(2), "one refused, one accepted")
 }
 
 // A node that is not on EC2 cannot hold an address of an aws pool: the
