@@ -66,6 +66,10 @@ type Options struct {
 	// (e.g. "baseline", as hardened clusters set it; default: none, the
 	// upstream "privileged"). kube-system stays exempt.
 	PodSecurity string
+	// Keep makes the lab network outlive this process (the lab CLI, whose
+	// lab stays up until `lab down`); otherwise, if this process is killed
+	// before Down, the next lab on the subnet removes the network.
+	Keep bool
 	// Log receives progress lines (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -193,7 +197,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	var gateway netip.Addr
 	if opts.Network {
 		opts.Log("Creating the lab network on %s: %d node namespaces and a client namespace; pods get addresses from %s", opts.Subnet, len(l.Nodes), opts.PodSubnet)
-		l.Net, err = labnet.Create(labnet.Config{Prefix: opts.Prefix, Subnet: opts.Subnet, Nodes: l.Nodes, PodSubnet: opts.PodSubnet})
+		l.Net, err = labnet.Create(labnet.Config{Prefix: opts.Prefix, Subnet: opts.Subnet, Nodes: l.Nodes, PodSubnet: opts.PodSubnet, Keep: opts.Keep})
 		if err != nil {
 			return l, fmt.Errorf("creating the lab network: %w", err)
 		}

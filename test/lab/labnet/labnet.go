@@ -76,6 +76,11 @@ type Config struct {
 	// root namespace; the client and node namespaces get routes that keep
 	// traffic to and from pod addresses out of it.
 	PodSubnet netip.Prefix
+	// Keep makes the network outlive the process that creates it (the lab
+	// CLI's). Otherwise the network is that process's: its bridge records
+	// the process, and a later Create that finds the subnet held by the
+	// network of a process that is gone removes it first.
+	Keep bool
 }
 
 // Member is one namespace attached to the lab bridge; it records names only
@@ -218,11 +223,11 @@ func Create(cfg Config) (*Network, error) {
 	if err := Destroy(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("labnet: removing leftovers: %w", err)
 	}
-	if err := checkSubnetFree(cfg.Prefix, cfg.Subnet); err != nil {
+	if err := claimSubnet(cfg.Prefix, cfg.Subnet); err != nil {
 		return nil, err
 	}
 	n := plan(cfg)
-	if err := n.build(); err != nil {
+	if err := n.build(cfg.Keep); err != nil {
 		if derr := Destroy(cfg.Prefix); derr != nil {
 			err = errors.Join(err, fmt.Errorf("labnet: cleanup after failure: %w", derr))
 		}
@@ -231,11 +236,20 @@ func Create(cfg Config) (*Network, error) {
 	return n, nil
 }
 
-func (n *Network) build() error {
+func (n *Network) build(keep bool) error {
 	gw := n.Gateway()
 	br, err := createBridge(n.Bridge(), gw)
 	if err != nil {
 		return err
+	}
+	if !keep {
+		o, err := currentOwner()
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetAlias(br, o.alias()); err != nil {
+			return fmt.Errorf("labnet: alias of %s: %w", n.Bridge(), err)
+		}
 	}
 	n.BridgeNetfilter = readSysctl("/proc/sys/net/bridge/bridge-nf-call-iptables") == "1"
 	for _, m := range n.members() {
@@ -477,6 +491,34 @@ func linkList() ([]netlink.Link, error) {
 // the host itself or by another lab.
 var ErrSubnetInUse = errors.New("subnet already in use")
 
+// claimSubnet makes sure no other link holds subnet, removing the networks
+// of labs whose owner is gone (see owner.go) on the way.
+func claimSubnet(prefix string, subnet netip.Prefix) error {
+	for range 3 {
+		err := checkSubnetFree(prefix, subnet)
+		var held *subnetHeld
+		if !errors.As(err, &held) || held.stalePrefix == "" {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "labnet: removing lab network %q, left by a process that is gone (%v)\n", held.stalePrefix, err)
+		if err := Destroy(held.stalePrefix); err != nil {
+			return fmt.Errorf("labnet: removing a stale lab network: %w", err)
+		}
+	}
+	return checkSubnetFree(prefix, subnet)
+}
+
+// subnetHeld is ErrSubnetInUse with what holds the subnet.
+type subnetHeld struct {
+	msg string
+	// stalePrefix is the prefix of the lab network that holds the subnet
+	// when its owner is gone ("" otherwise).
+	stalePrefix string
+}
+
+func (e *subnetHeld) Error() string { return e.msg }
+func (e *subnetHeld) Unwrap() error { return ErrSubnetInUse }
+
 // checkSubnetFree refuses a subnet that a non-lab link of the root namespace
 // already uses (address or route), e.g. another lab with a different prefix.
 func checkSubnetFree(prefix string, subnet netip.Prefix) error {
@@ -485,8 +527,17 @@ func checkSubnetFree(prefix string, subnet netip.Prefix) error {
 		return fmt.Errorf("labnet: list links: %w", err)
 	}
 	names := map[int]string{}
+	byIndex := map[int]netlink.Link{}
 	for _, l := range links {
 		names[l.Attrs().Index] = l.Attrs().Name
+		byIndex[l.Attrs().Index] = l
+	}
+	held := func(idx int, format string, args ...any) error {
+		e := &subnetHeld{msg: "labnet: " + ErrSubnetInUse.Error() + ": " + fmt.Sprintf(format, args...)}
+		if l, ok := byIndex[idx]; ok {
+			e.stalePrefix = staleNetworkPrefix(l)
+		}
+		return e
 	}
 	foreign := func(idx int) bool { return !strings.HasPrefix(names[idx], prefix+"-") }
 
@@ -497,7 +548,7 @@ func checkSubnetFree(prefix string, subnet netip.Prefix) error {
 	for _, a := range addrs {
 		p, ok := toPrefix(a.IPNet)
 		if ok && p.Overlaps(subnet) && foreign(a.LinkIndex) {
-			return fmt.Errorf("labnet: %w: %s has address %s on %s", ErrSubnetInUse, subnet, p, names[a.LinkIndex])
+			return held(a.LinkIndex, "%s has address %s on %s", subnet, p, names[a.LinkIndex])
 		}
 	}
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
@@ -508,7 +559,7 @@ func checkSubnetFree(prefix string, subnet netip.Prefix) error {
 		p, ok := toPrefix(r.Dst)
 		// Broader routes (e.g. a default route) lose to the lab's /24 and do not matter.
 		if ok && p.Bits() >= subnet.Bits() && p.Overlaps(subnet) && foreign(r.LinkIndex) {
-			return fmt.Errorf("labnet: %w: %s is routed as %s on %s", ErrSubnetInUse, subnet, p, names[r.LinkIndex])
+			return held(r.LinkIndex, "%s is routed as %s on %s", subnet, p, names[r.LinkIndex])
 		}
 	}
 	return nil

@@ -292,6 +292,70 @@ func TestCreateRefusesSubnetInUse(t *testing.T) {
 	g.Expect(namespacesWithPrefix(t)).To(BeEmpty())
 }
 
+// A network whose owner was killed (a CI job cut off) no longer holds its
+// subnet; one whose owner lives, or cannot be judged from here, still does.
+func TestCreateReclaimsTheSubnetOfAGoneOwner(t *testing.T) {
+	needRoot(t)
+	g := NewWithT(t)
+	t.Cleanup(func() { _ = Destroy("kxu") })
+	_, err := Create(Config{Prefix: "kxu", Subnet: testSubnet, Nodes: []string{"a"}})
+	g.Expect(err).NotTo(HaveOccurred())
+	br, err := netlink.LinkByName("kxu-br")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	child := exec.Command("sleep", "60")
+	g.Expect(child.Start()).To(Succeed())
+	dead, err := processOwner(child.Process.Pid)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(child.Process.Kill()).To(Succeed())
+	_ = child.Wait()
+	self, err := currentOwner()
+	g.Expect(err).NotTo(HaveOccurred())
+	otherNS := self
+	otherNS.PIDNS++
+	reused := self
+	reused.Start++
+
+	// Owners that may be alive: refused, nothing removed.
+	for _, o := range []owner{self, otherNS} {
+		g.Expect(netlink.LinkSetAlias(br, o.alias())).To(Succeed())
+		_, err = Create(Config{Prefix: testPrefix, Subnet: testSubnet, Nodes: []string{"a"}})
+		g.Expect(err).To(MatchError(ErrSubnetInUse), "owner %+v", o)
+		_, err = netlink.LinkByName("kxu-br")
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	// A bridge without an owner (the lab CLI's, or made by hand) is kept too.
+	g.Expect(netlink.LinkSetAlias(br, "")).To(Succeed())
+	_, err = Create(Config{Prefix: testPrefix, Subnet: testSubnet, Nodes: []string{"a"}})
+	g.Expect(err).To(MatchError(ErrSubnetInUse))
+
+	// Owners that are gone: the dead child, and this PID with another start time.
+	for _, o := range []owner{dead, reused} {
+		_, err = Create(Config{Prefix: "kxu", Subnet: testSubnet, Nodes: []string{"a"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		br, err = netlink.LinkByName("kxu-br")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(netlink.LinkSetAlias(br, o.alias())).To(Succeed())
+		n, err := Create(Config{Prefix: testPrefix, Subnet: testSubnet, Nodes: []string{"a"}})
+		g.Expect(err).NotTo(HaveOccurred(), "owner %+v", o)
+		_, err = netlink.LinkByName("kxu-br")
+		g.Expect(err).To(HaveOccurred(), "the stale network is removed")
+		g.Expect(Destroy(n.Prefix)).To(Succeed())
+	}
+}
+
+func TestOwnerAlias(t *testing.T) {
+	g := NewWithT(t)
+	o := owner{PID: 42, Start: 7, PIDNS: 4026531836}
+	back, ok := parseOwner(o.alias())
+	g.Expect(ok).To(BeTrue())
+	g.Expect(back).To(Equal(o))
+	for _, bad := range []string{"", "kubext-lab owner=", "kubext-lab owner=0 start=1 pidns=2", "kubext-lab owner=x start=1 pidns=2", "something else"} {
+		_, ok := parseOwner(bad)
+		g.Expect(ok).To(BeFalse(), bad)
+	}
+}
+
 func TestCommandAndNamespacePIDs(t *testing.T) {
 	needRoot(t)
 	g := NewWithT(t)

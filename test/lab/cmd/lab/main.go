@@ -100,7 +100,7 @@ func up(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := lab.Options{Name: *name, Nodes: *nodes, Subnet: prefix, Log: logf}
+	opts := lab.Options{Name: *name, Nodes: *nodes, Subnet: prefix, Keep: true, Log: logf}
 	if *podSubnet != "" {
 		if opts.PodSubnet, err = netip.ParsePrefix(*podSubnet); err != nil {
 			return err
