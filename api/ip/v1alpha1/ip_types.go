@@ -390,6 +390,14 @@ type AWSStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=8
 	GiveBack []AWSPrivateIP `json:"giveBack,omitempty"`
+
+	// pending is a secondary private IP the operator chose for the Elastic
+	// IP and recorded here before it asked EC2 to assign it (public mode:
+	// the first attach, a move to another subnet). Should the operator stop
+	// between EC2's answer and recording it, the next attach reuses this
+	// address, or gives it back, instead of leaving it on the interface.
+	// +optional
+	Pending *AWSPrivateIP `json:"pending,omitempty"`
 }
 
 // AWSPrivateIP is a secondary private IP of a network interface.

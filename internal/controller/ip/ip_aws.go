@@ -24,7 +24,7 @@ import (
 // (*aws.Provider in production, over an in-memory EC2 in tests).
 type AWSProvider interface {
 	Resolve(ctx context.Context, providerID string, a awsprov.Address) (awsprov.NodeTarget, error)
-	Attach(ctx context.Context, a awsprov.Address, target awsprov.NodeTarget, prev awsprov.Attachment) (awsprov.Attachment, error)
+	Attach(ctx context.Context, a awsprov.Address, target awsprov.NodeTarget, prev awsprov.Attachment, intend awsprov.Intend) (awsprov.Attachment, error)
 	Detach(ctx context.Context, a awsprov.Address, vpcID string, prev awsprov.Attachment) error
 	Release(ctx context.Context, a awsprov.Address, vpcID string, prev awsprov.Attachment) error
 	GiveBack(ctx context.Context, a awsprov.Address, vpcID string, back []awsprov.PrivateIP) ([]awsprov.PrivateIP, error)
@@ -146,8 +146,44 @@ func prepareAWS(ip *ipv1.IP, pool *ipv1.IPPool) {
 }
 
 func prevAttachment(st *ipv1.AWSStatus) awsprov.Attachment {
-	return awsprov.Attachment{ENI: st.NetworkInterfaceID, PrivateIP: st.PrivateIP,
+	att := awsprov.Attachment{ENI: st.NetworkInterfaceID, PrivateIP: st.PrivateIP,
 		AllocationID: st.AllocationID, AssociationID: st.AssociationID, GiveBack: giveBackOf(st)}
+	if p := st.Pending; p != nil {
+		att.Pending = &awsprov.PrivateIP{ENI: p.NetworkInterfaceID, IP: p.PrivateIP}
+	}
+	return att
+}
+
+// errIntent marks an attach stopped because its intent could not be
+// recorded (a status write conflict): nothing was asked of EC2, and the
+// reconcile retries at once rather than after ec2Retry.
+var errIntent = errors.New("the private IP about to be assigned could not be recorded")
+
+// intentRecorder returns the awsprov.Intend of an attach to target: it
+// writes the chosen private IP to status.aws.pending, with a patch
+// conditional on the version read, before EC2 is asked to assign it. An
+// intent left by an attach that stopped (a restart) on another ENI goes to
+// giveBack when it is replaced; on target's ENI the provider found it
+// unassigned before choosing anew.
+func intentRecorder(ip *ipv1.IP, status *statuspatch.Patcher[*ipv1.IP]) awsprov.Intend {
+	if status == nil {
+		return nil
+	}
+	st := ip.Status.AWS
+	before := st.Pending
+	return func(ctx context.Context, p awsprov.PrivateIP) error {
+		e := ipv1.AWSPrivateIP{NetworkInterfaceID: p.ENI, PrivateIP: p.IP}
+		if before != nil && before.NetworkInterfaceID != p.ENI && !slices.Contains(st.GiveBack, *before) {
+			st.GiveBack = append(st.GiveBack, *before)
+		}
+		before = nil
+		st.Pending = &e
+		summarize(ip)
+		if err := status.PatchUnfinished(ctx, ip); err != nil {
+			return fmt.Errorf("%w: %w", errIntent, err)
+		}
+		return nil
+	}
 }
 
 func giveBackOf(st *ipv1.AWSStatus) []awsprov.PrivateIP {
@@ -185,7 +221,7 @@ type ec2Failure struct{ reason, message string }
 // follows the holds the controller records, so a node that lost its hold
 // (a stale holder) is never given the address back.
 // Nil when EC2 shows the address routed to node.
-func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *ec2Failure {
+func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string, status *statuspatch.Patcher[*ipv1.IP]) *ec2Failure {
 	st := ip.Status.AWS
 	if v, ok := r.recentlyVerified(ip.Name, node); ok {
 		// Verified by this manager a moment ago; a reconcile that read
@@ -225,12 +261,16 @@ func (r *Reconciler) attachEC2(ctx context.Context, ip *ipv1.IP, node string) *e
 	st.InstanceID, st.VPCID = target.InstanceID, target.VPCID
 	prev := prevAttachment(st)
 	prev.Seen = r.seen(ip.Name, addr.IP.String())
-	att, err := r.AWS.Attach(ctx, addr, target, prev)
+	att, err := r.AWS.Attach(ctx, addr, target, prev, intentRecorder(ip, status))
 	record(st, att)
+	if errors.Is(err, errIntent) {
+		return &ec2Failure{reason: ipv1.ReasonEC2Attaching, message: err.Error()}
+	}
 	if err != nil {
 		r.forgetTarget(n, addr)
 		return r.rememberRefusal(ip.Name, node, r.ec2Failed(ctx, ip, st, "Attach", err))
 	}
+	st.Pending = nil // associated, or in giveBack
 	moved := st.Node != node
 	st.Node = node
 	r.aws.mu.Lock()
@@ -276,7 +316,7 @@ func (r *Reconciler) leadInEC2(ctx context.Context, ip *ipv1.IP, status *statusp
 	if err := status.PatchUnfinished(ctx, ip); err != nil {
 		return err
 	}
-	if ec2 := r.attachEC2(ctx, ip, node); ec2 != nil {
+	if ec2 := r.attachEC2(ctx, ip, node, status); ec2 != nil {
 		// The claim's reconcile tries again; its failure waits ec2Retry.
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ec2.reason, Message: ec2.message})
@@ -339,7 +379,7 @@ func (r *Reconciler) ec2Failed(ctx context.Context, ip *ipv1.IP, st *ipv1.AWSSta
 // for the next holder. It returns the failure, if any.
 func (r *Reconciler) detachEC2(ctx context.Context, ip *ipv1.IP) *ec2Failure {
 	st := ip.Status.AWS
-	if st == nil || st.VPCID == "" || (st.Node == "" && st.NetworkInterfaceID == "" && len(st.GiveBack) == 0) {
+	if st == nil || st.VPCID == "" || (st.Node == "" && st.NetworkInterfaceID == "" && len(st.GiveBack) == 0 && st.Pending == nil) {
 		return nil
 	}
 	addr, err := awsAddress(ip)
@@ -350,7 +390,7 @@ func (r *Reconciler) detachEC2(ctx context.Context, ip *ipv1.IP) *ec2Failure {
 		return r.ec2Failed(ctx, ip, st, "Detach", err)
 	}
 	r.forgetVerified(ip.Name)
-	st.Node, st.NetworkInterfaceID, st.PrivateIP, st.AssociationID, st.GiveBack = "", "", "", "", nil
+	st.Node, st.NetworkInterfaceID, st.PrivateIP, st.AssociationID, st.GiveBack, st.Pending = "", "", "", "", nil, nil
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "EC2Detached", "Detach", "EC2 routes %s to no node", addr.IP)
 	return nil
 }

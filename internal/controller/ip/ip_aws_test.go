@@ -189,6 +189,41 @@ func TestAWSPublicAssociateReassociateAndRelease(t *testing.T) {
 	f.G.Expect(ec2d.Holders(priv2)).To(BeEmpty(), "the private IP kubext assigned is given back")
 }
 
+// Public mode: the secondary private IP kubext asks EC2 for is on record
+// in status.aws.pending (in the API server, not only in the manager's
+// memory) when the assign call starts, so that a manager killed before
+// recording EC2's answer leaves nothing on the ENI that its successor
+// cannot find; once the Elastic IP is associated, pending is cleared.
+func TestAWSPublicPrivateIPOnRecordBeforeTheAssign(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.awsPool(pool, "198.51.100.152/29", true)
+	n1, eni1 := f.awsNode(f.name("a"))
+	startAgent(t, n1)
+	var seen []*ipv1.AWSPrivateIP
+	ec2d.OnCall("AssignPrivateIpAddresses", func() {
+		ip := &ipv1.IP{}
+		if err := k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip); err == nil && ip.Status.AWS != nil {
+			seen = append(seen, ip.Status.AWS.Pending)
+		}
+	})
+	defer ec2d.OnCall("AssignPrivateIpAddresses", nil)
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("app"), name, n1, "192.0.2.151")
+	ip := f.readyOn(name, n1, eni1)
+	ec2d.OnCall("AssignPrivateIpAddresses", nil)
+	priv := ip.Status.AWS.PrivateIP
+	f.G.Expect(seen).To(HaveLen(1), "one assign")
+	f.G.Expect(seen[0]).To(Equal(&ipv1.AWSPrivateIP{NetworkInterfaceID: eni1, PrivateIP: priv}),
+		"when EC2 was asked, the status already named the address it was asked for")
+	f.G.Expect(ip.Status.AWS.Pending).To(BeNil(), "associated: no longer pending")
+	f.G.Expect(ec2d.PrivateIPs(eni1)).To(ConsistOf(Not(Equal(priv)), priv), "the primary and the Elastic IP's private IP, nothing else")
+
+	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
+	f.G.Expect(ec2d.Holders(priv)).To(BeEmpty())
+}
+
 // Public mode, a failover to a node in another subnet: two mutating calls
 // before the Elastic IP is Ready on the standby (a new secondary private IP
 // there, the re-association); the private IP left on the old node is

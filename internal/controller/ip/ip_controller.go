@@ -128,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		return ctrl.Result{RequeueAfter: r.retryAfter(ip)}, nil
 	}
-	res, err := r.reconcilePlacement(ctx, ip)
+	res, err := r.reconcilePlacement(ctx, ip, status)
 	if err != nil {
 		return res, err
 	}

@@ -18,11 +18,12 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/statuspatch"
 )
 
 // reconcilePlacement chooses the holder among the claiming pods and moves
 // the address to its node, one node at a time.
-func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.Result, error) {
+func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP, status *statuspatch.Patcher[*ipv1.IP]) (ctrl.Result, error) {
 	pool, err := r.poolOf(ctx, ip)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -35,12 +36,12 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 	if stop, why := r.unattachable(ctx, ip, pool); stop != "" {
 		// Nothing may answer for this address: take it off any node.
 		ip.Status.Standbys = nil
-		return r.settle(ctx, ip, pool, ipam.Holding{Reason: stop, Message: why})
+		return r.settle(ctx, ip, pool, ipam.Holding{Reason: stop, Message: why}, status)
 	}
 	allowed, err := r.nodeAllowed(ctx, pool)
 	if err != nil {
 		ip.Status.Standbys = nil
-		return r.settle(ctx, ip, pool, ipam.Holding{Reason: ipv1.ReasonNoEligibleNode, Message: err.Error()})
+		return r.settle(ctx, ip, pool, ipam.Holding{Reason: ipv1.ReasonNoEligibleNode, Message: err.Error()}, status)
 	}
 	healthy, err := r.healthView(ctx, ip)
 	if err != nil {
@@ -53,7 +54,7 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 	holding := ipam.ChooseHolder(current, claimants, healthy, allowed)
 	ip.Status.Standbys = keys(holding.Standbys)
 
-	res, err := r.settle(ctx, ip, pool, holding)
+	res, err := r.settle(ctx, ip, pool, holding, status)
 	if err != nil {
 		return res, err
 	}
@@ -66,8 +67,8 @@ func (r *Reconciler) reconcilePlacement(ctx context.Context, ip *ipv1.IP) (ctrl.
 }
 
 // settle places the IP for the holding and says when to look again.
-func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) (ctrl.Result, error) {
-	placed, ec2, err := r.place(ctx, ip, pool, h)
+func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding, status *statuspatch.Patcher[*ipv1.IP]) (ctrl.Result, error) {
+	placed, ec2, err := r.place(ctx, ip, pool, h, status)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("placing IP %s: %w", ip.Name, err)
 	}
@@ -144,7 +145,7 @@ func (r *Reconciler) healthView(ctx context.Context, ip *ipv1.IP) (func(string) 
 // EC2 routes the address to the holder once its agent has claimed it
 // (leadInEC2 has usually moved it before the claim), and takes it off
 // every node in EC2 once none may answer; ec2 is EC2's failure, if any.
-func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) (placed bool, ec2 *ec2Failure, err error) {
+func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding, status *statuspatch.Patcher[*ipv1.IP]) (placed bool, ec2 *ec2Failure, err error) {
 	aws := r.AWS != nil && isAWS(ip, pool)
 	if aws {
 		prepareAWS(ip, pool)
@@ -173,7 +174,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		case target != "" && ip.Status.AttachedNode == target:
 			// Usually already moved when the hold was recorded
 			// (leadInEC2); this verifies, or retries a failed move.
-			if ec2 = r.attachEC2(ctx, ip, target); ec2 == nil {
+			if ec2 = r.attachEC2(ctx, ip, target, status); ec2 == nil {
 				r.preResolve(ctx, ip, standbyNodes(h, target))
 			}
 		case target == "" && ip.Status.AttachedNode == "":

@@ -3,6 +3,7 @@ package aws
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -29,6 +30,12 @@ type Attachment struct {
 	// subnet): Attach leaves them for GiveBack, after the move is
 	// recorded, so that a failover waits for the move's calls only.
 	GiveBack []PrivateIP
+	// Pending is a secondary private IP kubext chose for the Elastic IP
+	// and had recorded (Intend) before it asked EC2 to assign it (public
+	// mode): until an attach associates it or gives it back, it may be on
+	// its ENI with nothing else naming it. Passed back in prev, Attach
+	// reuses it when it is on the target's ENI and gives it back otherwise.
+	Pending *PrivateIP
 	// Seen is what EC2 showed when Attach last verified this attachment
 	// (nil when unknown; it is not recorded in the IP's status). Passed
 	// back in prev while it is fresh, it spares the reads before a move
@@ -101,15 +108,30 @@ func observation(eip *types.Address) Observation {
 	return o
 }
 
+// Intend records, where a restart finds it, that Attach is about to ask
+// EC2 for a new secondary private IP: the one given, on its ENI. Attach
+// makes the call only once Intend returned nil.
+type Intend func(context.Context, PrivateIP) error
+
 // Attach puts a on target and returns what EC2 handed out. It is
 // idempotent: when a already is where it should be, it makes no mutating
 // call. prev is what the last Attach returned (from the IP's status), used
 // to reuse a private IP that was assigned before an interrupted attach.
 // On an error after a mutating call, the returned Attachment still says
 // what was handed out, for the caller to record.
-func (p *Provider) Attach(ctx context.Context, a Address, target NodeTarget, prev Attachment) (Attachment, error) {
+//
+// In public mode a new secondary private IP (the first attach, a move to
+// another subnet) is chosen by Attach and handed to intend before EC2 is
+// asked for it, so that a caller killed between EC2's answer and its own
+// record of it finds the address again (prev.Pending) instead of leaving
+// it on the ENI for good. A nil intend records nothing.
+func (p *Provider) Attach(ctx context.Context, a Address, target NodeTarget, prev Attachment, intend Intend) (Attachment, error) {
 	if a.public() {
-		return p.attachPublic(ctx, a, target, prev)
+		att, err := p.attachPublic(ctx, a, target, prev, intend)
+		if err == nil {
+			att.Pending = nil
+		}
+		return att, err
 	}
 	return p.attachPrivate(ctx, a, target, prev)
 }
@@ -204,7 +226,7 @@ func (p *Provider) ensureOnlyOn(ctx context.Context, t NodeTarget, ip string, hs
 // did not, or across subnets, AssociateAddress with AllowReassociation (two).
 // The private IP a move across subnets leaves behind is returned in
 // GiveBack rather than unassigned here: the failover does not wait for it.
-func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, prev Attachment) (Attachment, error) {
+func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, prev Attachment, intend Intend) (Attachment, error) {
 	cur, err := p.currentEIP(ctx, a, t, prev)
 	if err != nil {
 		return Attachment{}, err
@@ -215,7 +237,7 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 	att := Attachment{ENI: t.ENI, AllocationID: cur.AllocationID}
 	if cur.ENI == t.ENI && heldBy(cur.Holders, t.ENI) {
 		att.PrivateIP, att.AssociationID = cur.PrivateIP, cur.AssociationID
-		att.GiveBack = leftBehind(cur, a, prev, att)
+		att.GiveBack = pendingLeft(prev, att, leftBehind(cur, a, prev, att))
 		return p.verifyPublic(ctx, a, t, att, nil)
 	}
 
@@ -235,7 +257,7 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 		if eip != nil {
 			if now := observation(eip); now.ENI == t.ENI && now.PrivateIP == att.PrivateIP {
 				att.AssociationID = now.AssociationID
-				att.GiveBack = leftBehind(cur, a, prev, att)
+				att.GiveBack = pendingLeft(prev, att, leftBehind(cur, a, prev, att))
 				return p.verifyPublic(ctx, a, t, att, eip)
 			}
 		}
@@ -243,17 +265,16 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 		// An earlier attach assigned this private IP and was interrupted
 		// before associating: reuse it rather than assign another.
 		att.PrivateIP = prev.PrivateIP
+	case prev.Pending != nil && prev.Pending.ENI == t.ENI && heldBySecondary(ctx, p, t, prev.Pending.IP):
+		// The same, interrupted before its answer was recorded.
+		att.PrivateIP = prev.Pending.IP
 	default:
-		out, err := p.ec2.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
-			NetworkInterfaceId: sdkaws.String(t.ENI), SecondaryPrivateIpAddressCount: sdkaws.Int32(1),
-		})
+		att.Pending = prev.Pending
+		priv, err := p.assignNew(ctx, a, t, intend, &att)
 		if err != nil {
-			return att, ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("assign a secondary private IP to %s of %s for Elastic IP %s", t.ENI, t.InstanceID, a.IP), err)
+			return att, err
 		}
-		if len(out.AssignedPrivateIpAddresses) == 0 {
-			return att, errorf(ReasonVerificationFailed, "EC2 AssignPrivateIpAddresses on %s returned no address", t.ENI)
-		}
-		att.PrivateIP = sdkaws.ToString(out.AssignedPrivateIpAddresses[len(out.AssignedPrivateIpAddresses)-1].PrivateIpAddress)
+		att.PrivateIP = priv
 	}
 	aout, err := p.ec2.AssociateAddress(ctx, &ec2.AssociateAddressInput{
 		AllocationId: sdkaws.String(att.AllocationID), NetworkInterfaceId: sdkaws.String(t.ENI),
@@ -263,7 +284,7 @@ func (p *Provider) attachPublic(ctx context.Context, a Address, t NodeTarget, pr
 		return att, ec2Error("AssociateAddress", fmt.Sprintf("associate Elastic IP %s with %s on %s of %s", a.IP, att.PrivateIP, t.ENI, t.InstanceID), err)
 	}
 	att.AssociationID = sdkaws.ToString(aout.AssociationId)
-	att.GiveBack = leftBehind(cur, a, prev, att)
+	att.GiveBack = pendingLeft(prev, att, leftBehind(cur, a, prev, att))
 	return p.verifyPublic(ctx, a, t, att, nil)
 }
 
@@ -325,6 +346,16 @@ func leftBehind(cur Observation, a Address, prev Attachment, att Attachment) []P
 	}
 	add(prev.ENI, prev.PrivateIP)
 	return out
+}
+
+// pendingLeft is prev.Pending when this attach did not use it: kubext chose
+// it, so it is given back whoever allocated the Elastic IP (GiveBack does
+// nothing if it was never assigned).
+func pendingLeft(prev Attachment, att Attachment, back []PrivateIP) []PrivateIP {
+	if pp := prev.Pending; pp != nil && (pp.ENI != att.ENI || pp.IP != att.PrivateIP) && !slices.Contains(back, *pp) {
+		back = append(back, *pp)
+	}
+	return back
 }
 
 // verifyPublic checks that the Elastic IP's association names the target
@@ -390,6 +421,94 @@ func (p *Provider) GiveBack(ctx context.Context, a Address, vpcID string, back [
 		}
 	}
 	return nil, nil
+}
+
+// newIPTries bounds how many addresses that look free assignNew tries.
+const newIPTries = 8
+
+// assignNew chooses an address of t's subnet that no network interface of
+// the VPC lists, has intend record it (att.Pending), and only then asks EC2
+// to assign it to t.ENI. It asks without AllowReassignment, so EC2 refuses
+// an address that someone took since it looked; then it tries another.
+// After EC2's answer it checks that t.ENI alone lists the address (an
+// emulator may assign one that another ENI keeps: that ENI keeps it).
+//
+// EC2 could choose the address itself (SecondaryPrivateIpAddressCount),
+// but then a caller killed before recording EC2's answer would leave an
+// address on the ENI that nothing names: neither EC2 (private IPs carry no
+// tags) nor the next attach could tell it from the ENI's other addresses.
+func (p *Provider) assignNew(ctx context.Context, a Address, t NodeTarget, intend Intend, att *Attachment) (string, error) {
+	var lastErr error
+	for range newIPTries {
+		cand, err := randomHost(t.SubnetCIDR)
+		if err != nil {
+			return "", errorf(ReasonNetworkInterfaceNotFound, "choosing a private IP for Elastic IP %s on %s: subnet %s: %v", a.IP, t.ENI, t.SubnetID, err)
+		}
+		hs, err := p.holders(ctx, t.VPCID, cand)
+		if err != nil {
+			return "", err
+		}
+		if len(hs) > 0 {
+			continue
+		}
+		pip := PrivateIP{ENI: t.ENI, IP: cand}
+		if intend != nil {
+			if err := intend(ctx, pip); err != nil {
+				return "", fmt.Errorf("recording private IP %s for Elastic IP %s before assigning it to %s: %w", cand, a.IP, t.ENI, err)
+			}
+		}
+		att.Pending = &pip
+		lastErr = nil
+		_, err = p.ec2.AssignPrivateIpAddresses(ctx, &ec2.AssignPrivateIpAddressesInput{
+			NetworkInterfaceId: sdkaws.String(t.ENI), PrivateIpAddresses: []string{cand},
+		})
+		if err != nil {
+			lastErr = ec2Error("AssignPrivateIpAddresses", fmt.Sprintf("assign %s to %s of %s for Elastic IP %s", cand, t.ENI, t.InstanceID, a.IP), err)
+		}
+		if hs, err = p.holders(ctx, t.VPCID, cand); err != nil {
+			return "", err
+		}
+		mine := heldBy(hs, t.ENI)
+		switch {
+		case mine && len(hs) == 1:
+			// Assigned (also when EC2 answered with an error after
+			// assigning it, as a retried request may).
+			return cand, nil
+		case mine:
+			// Another ENI lists it too: it was someone else's first.
+			if _, err := p.ec2.UnassignPrivateIpAddresses(ctx, &ec2.UnassignPrivateIpAddressesInput{
+				NetworkInterfaceId: sdkaws.String(t.ENI), PrivateIpAddresses: []string{cand},
+			}); err != nil {
+				return "", ec2Error("UnassignPrivateIpAddresses", fmt.Sprintf("take %s, which %s holds too, off %s", cand, holderList(hs), t.ENI), err)
+			}
+		case lastErr == nil:
+			// EC2 said yes and does not list it there (yet): the next
+			// attach finds it through att.Pending.
+			return "", errorf(ReasonVerificationFailed, "after assigning %s to %s, EC2 DescribeNetworkInterfaces does not list it there (holders: %s)", cand, t.ENI, holderList(hs))
+		case len(hs) == 0:
+			// Refused for another reason than the address (a limit, a
+			// permission): another address would not do better.
+			return "", lastErr
+		}
+		// Refused because someone took it since: try another.
+	}
+	if lastErr != nil {
+		return "", lastErr
+	}
+	return "", errorf(ReasonSubnetFull, "no free private IP found in subnet %s (%s) of %s after %d tries, for Elastic IP %s", t.SubnetID, t.SubnetCIDR, t.ENI, newIPTries, a.IP)
+}
+
+// randomHost is a random address of an IPv4 subnet that EC2 may assign:
+// not the first four nor the last, which EC2 reserves in every subnet.
+func randomHost(subnet netip.Prefix) (string, error) {
+	if !subnet.IsValid() || !subnet.Addr().Is4() || subnet.Bits() > 28 {
+		return "", fmt.Errorf("%q is not an IPv4 subnet of EC2 (/16 to /28)", subnet)
+	}
+	size := uint32(1) << (32 - subnet.Bits())
+	b := subnet.Masked().Addr().As4()
+	base := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	host := base + 4 + rand.Uint32N(size-5)
+	return netip.AddrFrom4([4]byte{byte(host >> 24), byte(host >> 16), byte(host >> 8), byte(host)}).String(), nil
 }
 
 func heldBySecondary(ctx context.Context, p *Provider, t NodeTarget, ip string) bool {
@@ -467,7 +586,11 @@ func (p *Provider) detach(ctx context.Context, a Address, vpcID string, prev Att
 			return nil, err
 		}
 	}
-	if _, err := p.GiveBack(ctx, a, vpcID, prev.GiveBack); err != nil {
+	back := prev.GiveBack
+	if prev.Pending != nil && !slices.Contains(back, *prev.Pending) {
+		back = append(slices.Clone(back), *prev.Pending)
+	}
+	if _, err := p.GiveBack(ctx, a, vpcID, back); err != nil {
 		return nil, err
 	}
 	if eip == nil {

@@ -40,6 +40,9 @@ const (
 	// ReasonVerificationFailed: after a move, EC2's own description does not
 	// show the address where it was put, or still shows it elsewhere.
 	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonSubnetFull: no free private IP was found in the node's subnet
+	// for an Elastic IP (public mode).
+	ReasonSubnetFull = "SubnetFull"
 	// ReasonEC2Error: any other error EC2 returned.
 	ReasonEC2Error = "EC2Error"
 )

@@ -205,13 +205,13 @@ func TestMotoPrivateMode(t *testing.T) {
 	if err != nil || t0.ENI != m.eni[0] || t0.VPCID != m.vpc || t0.SubnetCIDR.String() != "10.0.1.0/24" {
 		t.Fatalf("Resolve = %+v, %v; want %s in %s, 10.0.1.0/24", t0, err, m.eni[0], m.vpc)
 	}
-	if _, err := p.Attach(ctx, a, t0, aws.Attachment{}); err != nil || c.total() != 1 {
+	if _, err := p.Attach(ctx, a, t0, aws.Attachment{}, nil); err != nil || c.total() != 1 {
 		t.Fatalf("attach: %v after %d mutating calls", err, c.total())
 	}
 	if got := m.holders(t, "10.0.1.50"); !slices.Equal(got, []string{m.eni[0]}) {
 		t.Fatalf("holders %v", got)
 	}
-	if _, err := p.Attach(ctx, a, t0, aws.Attachment{}); err != nil || c.total() != 1 {
+	if _, err := p.Attach(ctx, a, t0, aws.Attachment{}, nil); err != nil || c.total() != 1 {
 		t.Fatalf("re-attach: %v, %d mutating calls in all, want still 1", err, c.total())
 	}
 
@@ -219,7 +219,7 @@ func TestMotoPrivateMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := p.Attach(ctx, a, t1, aws.Attachment{})
+	att, err := p.Attach(ctx, a, t1, aws.Attachment{}, nil)
 	if err != nil {
 		t.Fatalf("move: %v", err)
 	}
@@ -256,7 +256,7 @@ func TestMotoErrors(t *testing.T) {
 	if !errors.As(err, &e) || e.Reason != aws.ReasonInstanceNotFound || e.Code != "InvalidInstanceID.NotFound" || !strings.Contains(e.Message, "DescribeInstances") {
 		t.Fatalf("unknown instance: %v (%+v)", err, e)
 	}
-	_, err = p.Attach(ctx, a, aws.NodeTarget{InstanceID: m.inst[0], VPCID: m.vpc, ENI: "eni-0123456789abcdef0", SubnetID: m.subnet}, aws.Attachment{})
+	_, err = p.Attach(ctx, a, aws.NodeTarget{InstanceID: m.inst[0], VPCID: m.vpc, ENI: "eni-0123456789abcdef0", SubnetID: m.subnet}, aws.Attachment{}, nil)
 	if !errors.As(err, &e) || e.Reason != aws.ReasonNetworkInterfaceNotFound || e.Code != "InvalidNetworkInterfaceID.NotFound" || !strings.Contains(e.Message, "AssignPrivateIpAddresses") {
 		t.Fatalf("unknown ENI: %v", err)
 	}
@@ -381,7 +381,7 @@ func TestMotoPublicModeVerificationCatchesMoto(t *testing.T) {
 	if err != nil || t0.ENI != m.eni[0] {
 		t.Fatalf("Resolve = %+v, %v", t0, err)
 	}
-	att, err := p.Attach(ctx, a, t0, aws.Attachment{})
+	att, err := p.Attach(ctx, a, t0, aws.Attachment{}, nil)
 	if aws.ReasonOf(err) != aws.ReasonVerificationFailed || !strings.Contains(err.Error(), att.PrivateIP) {
 		t.Fatalf("attach under moto: %v; want VerificationFailed naming %q", err, att.PrivateIP)
 	}
@@ -395,7 +395,7 @@ func TestMotoPublicModeVerificationCatchesMoto(t *testing.T) {
 
 	// A restarted provider finds the allocation and allocates nothing.
 	p2 := aws.NewWithEC2(c, aws.Options{})
-	if _, err := p2.Attach(ctx, a, t0, att); c.n["AllocateAddress"] != 1 {
+	if _, err := p2.Attach(ctx, a, t0, att, nil); c.n["AllocateAddress"] != 1 {
 		t.Fatalf("restart allocated again (%v): %v", c.n, err)
 	}
 
@@ -417,7 +417,7 @@ func TestMotoPublicModeVerificationCatchesMoto(t *testing.T) {
 		t.Fatal(err)
 	}
 	ua := aws.Address{Name: "api", IP: netip.MustParseAddr("192.0.2.11"), PublicIPv4Pool: a.PublicIPv4Pool}
-	uatt, _ := p.Attach(ctx, ua, t0, aws.Attachment{})
+	uatt, _ := p.Attach(ctx, ua, t0, aws.Attachment{}, nil)
 	if err := p.Release(ctx, ua, m.vpc, uatt); err != nil {
 		t.Fatal(err)
 	}

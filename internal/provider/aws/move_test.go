@@ -110,7 +110,7 @@ func TestPublicCrossSubnetMoveFailures(t *testing.T) {
 				}
 				w.d.Fail(step.action, ec2double.APIError("InternalError", "An internal error has occurred"))
 			}
-			got, err := w.p.Attach(ctx, a, target, prev)
+			got, err := w.p.Attach(ctx, a, target, prev, nil)
 			s.record(got)
 			if failGiveBack {
 				if err != nil {
@@ -315,7 +315,7 @@ func attachCalls(t *testing.T, w *world, i int, a aws.Address, prev aws.Attachme
 		t.Fatal(err)
 	}
 	w.d.ResetCalls()
-	if _, err := w.p.Attach(ctx, a, target, prev); err != nil {
+	if _, err := w.p.Attach(ctx, a, target, prev, nil); err != nil {
 		t.Fatalf("Attach(%s to node %d): %v", a.IP, i, err)
 	}
 	return w.d.TotalCalls(), w.d.Mutating()

@@ -63,7 +63,7 @@ func (w *world) attach(t *testing.T, i int, a aws.Address, prev aws.Attachment) 
 		t.Fatalf("Resolve(node %d) chose %s, want %s", i, target.ENI, w.eni[i])
 	}
 	before := w.d.Mutating()
-	att, err := w.p.Attach(ctx, a, target, prev)
+	att, err := w.p.Attach(ctx, a, target, prev, nil)
 	return att, w.d.Mutating() - before, err
 }
 

@@ -83,6 +83,7 @@ type Double struct {
 	next      int
 	calls     map[string]int
 	faults    map[string][]error
+	onCall    map[string]func()
 	// started are the calls in the order they started, for CallsBetween
 	// and CallLog.
 	started []Call
@@ -238,6 +239,18 @@ func (d *Double) Fail(action string, errs ...error) {
 	d.faults[action] = append(d.faults[action], errs...)
 }
 
+// OnCall runs f at the start of every call of action, before the call does
+// anything (nil removes it): for tests that look at what others see at
+// the moment a caller asks EC2 for something.
+func (d *Double) OnCall(action string, f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.onCall == nil {
+		d.onCall = map[string]func(){}
+	}
+	d.onCall[action] = f
+}
+
 // Calls returns how many times action was called, failed calls included.
 func (d *Double) Calls(action string) int {
 	d.mu.Lock()
@@ -375,8 +388,11 @@ func (d *Double) begin(ctx context.Context, action string) error {
 	if q := d.faults[action]; len(q) > 0 {
 		err, d.faults[action] = q[0], q[1:]
 	}
-	lat := d.Latency
+	lat, hook := d.Latency, d.onCall[action]
 	d.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	if lat > 0 {
 		select {
 		case <-time.After(lat):
