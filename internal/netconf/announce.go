@@ -17,6 +17,8 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 )
 
 // Announcements tell the segment that an address now lives at this node's
@@ -75,9 +77,21 @@ func openGARP(addr netip.Addr, link linkInfo) (*garpSender, error) {
 	return &garpSender{conn: conn, frames: frames}, nil
 }
 
+// sendBackoff paces the retries of a frame the device would not queue
+// (ENOBUFS): a link that has just come up has no real qdisc until the
+// kernel's link-watch work attaches one, up to a second later, and a busy
+// device's queue can be full for a moment. About 150 ms in all: an
+// announcement that cannot go out by then is reported, and the agent's
+// next pass tries again.
+var sendBackoff = wait.Backoff{Steps: 5, Duration: 10 * time.Millisecond, Factor: 2}
+
 func (s *garpSender) send() error {
 	for _, f := range s.frames {
-		if _, err := s.conn.WriteTo(f, &packet.Addr{HardwareAddr: layers.EthernetBroadcast}); err != nil {
+		err := retry.OnError(sendBackoff, func(err error) bool { return errors.Is(err, unix.ENOBUFS) }, func() error {
+			_, err := s.conn.WriteTo(f, &packet.Addr{HardwareAddr: layers.EthernetBroadcast})
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("send gratuitous ARP: %w", err)
 		}
 	}
@@ -156,7 +170,10 @@ func openNA(addr netip.Addr, link linkInfo) (*naSender, error) {
 }
 
 func (s *naSender) send() error {
-	if _, err := s.pc.WriteTo(s.msg, s.cm, allNodes); err != nil {
+	if err := retry.OnError(sendBackoff, func(err error) bool { return errors.Is(err, unix.ENOBUFS) }, func() error {
+		_, err := s.pc.WriteTo(s.msg, s.cm, allNodes)
+		return err
+	}); err != nil {
 		return fmt.Errorf("send neighbour advertisement: %w", err)
 	}
 	return nil
