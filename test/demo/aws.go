@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,17 +168,72 @@ func (d *demo) enableAWS(ctx context.Context, vpc *lab.VPC) error {
 		return err
 	}
 	// kwok marks the new pods Ready without running their readiness
-	// probes, so wait, as the probes would, until a new replica serves the
-	// admission webhook: a server-side dry run goes through it.
+	// probes, so wait, as the probes would, until every replica passes
+	// them (the readiness probe includes the webhook server), every
+	// endpoint of the webhook Service accepts connections (the API server
+	// picks any of them: one replica serving is not enough, and an old
+	// replica's address may linger in the EndpointSlice), and a server-side
+	// dry run goes through the admission webhook.
 	probe := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
 		Spec: ipv1.IPPoolSpec{Addresses: []string{netip.PrefixFrom(staticip.Nth(d.lab.Net.Subnet, 200), 32).String()}}}
 	c, err := staticip.NewClient(d.lab)
 	if err != nil {
 		return err
 	}
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return c.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil, nil
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		failed, err := d.deployed.Probe(ctx)
+		if err != nil || len(failed) > 0 {
+			last = fmt.Errorf("probes: %v %v", err, failed)
+			return false, nil
+		}
+		if last = webhookEndpointsServe(ctx, c, ns, webhookService); last != nil {
+			return false, nil
+		}
+		last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return last == nil, nil
 	})
+	if err != nil {
+		return fmt.Errorf("the restarted manager does not serve its webhooks: %w (last: %v)", err, last)
+	}
+	return nil
+}
+
+// webhookService is the Service the admission webhooks are called through
+// (config/webhook/service.yaml with the install's name prefix).
+const webhookService = "kubext-webhook-service"
+
+// webhookEndpointsServe says why not every address the Service's
+// EndpointSlices list accepts a TCP connection on its port (nil when all
+// do, and there is at least one).
+func webhookEndpointsServe(ctx context.Context, c client.Client, ns, service string) error {
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range slices.Items {
+		for _, p := range s.Ports {
+			if p.Port == nil {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					addr := net.JoinHostPort(a, strconv.Itoa(int(*p.Port)))
+					conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+					if err != nil {
+						return fmt.Errorf("webhook endpoint %s: %w", addr, err)
+					}
+					_ = conn.Close()
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("service %s/%s has no endpoints yet", ns, service)
+	}
+	return nil
 }
 
 // waitGone waits until o no longer exists.
