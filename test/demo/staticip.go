@@ -174,13 +174,17 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 // 1.5 s). A hold starts on the holder's Lease and moves to its witnesses'
 // word once they vouch for it, a moment after the IP is Ready; the freeze
 // waits for that, and what the partner saw during it is checked, not
-// assumed.
+// assumed. A hold that got no witnesses (none was eligible when it was
+// placed; they are fixed for the hold's life) stays on the Lease: the
+// demo says so and shows what that costs.
 func stallScenario(ctx context.Context, d *demo, c client.Client, name string, addr netip.Addr, holder string) error {
-	ip, err := staticip.WaitIP(ctx, c, name, 30*time.Second, func(ip *ipv1.IP) bool { return ip.Status.AttachedGeneration > 0 })
-	if err != nil {
-		return fmt.Errorf("the hold of %s never moved to its witnesses' word: %w", name, err)
+	ip, err := staticip.WaitIP(ctx, c, name, 20*time.Second, func(ip *ipv1.IP) bool { return ip.Status.AttachedGeneration > 0 })
+	onWitnesses := err == nil
+	if onWitnesses {
+		say("%s is now held on its witnesses' word (%v, generation %d), not on the holder's Lease", name, ip.Status.Witnesses, ip.Status.AttachedGeneration)
+	} else {
+		say("NOTE: %s is still held on the holder's heartbeat Lease after 20 s (%v): the holder will go dark about 1.5 s into the freeze, as with Lease failover", name, err)
 	}
-	say("%s is now held on its witnesses' word (%v, generation %d), not on the holder's Lease", name, ip.Status.Witnesses, ip.Status.AttachedGeneration)
 	say("Freezing kube-apiserver for 5 s (SIGSTOP) while the partner asks every 100 ms ...")
 	resume, err := d.lab.PauseComponent(lab.ComponentAPIServer, 15*time.Second)
 	if err != nil {
@@ -204,12 +208,16 @@ func stallScenario(ctx context.Context, d *demo, c client.Client, name string, a
 		return err
 	}
 	say("API server frozen 5 s: %d of %d asks answered by %q, longest silence %s", answered, asked, holder, longest.Round(10*time.Millisecond))
-	// An ask lost now and then on a loaded machine is not an outage; the
-	// Lease's fence (1.5 s without the API server) would be one.
-	if longest > 1500*time.Millisecond {
-		return fmt.Errorf("%s went silent for %s while the API server was frozen: its witnesses did not keep it", addr, longest.Round(10*time.Millisecond))
+	switch {
+	case !onWitnesses:
+		say("(held on the Lease: the holder fenced itself when it could not renew it)")
+	case longest > 1500*time.Millisecond:
+		// An ask lost now and then on a loaded machine is not an outage;
+		// the Lease's fence (1.5 s without the API server) would be one.
+		return fmt.Errorf("%s went silent for %s while the API server was frozen although its witnesses held it", addr, longest.Round(10*time.Millisecond))
+	default:
+		say("The holder kept answering: its witnesses vouched for it while nobody could reach the API server")
 	}
-	say("The holder kept answering: its witnesses vouched for it while nobody could reach the API server")
 	// A manager run by the demo may have lost its leader Lease meanwhile
 	// and left; installed, the kubelet (the lab) restarts it.
 	return d.managerBack(ctx)
