@@ -169,11 +169,14 @@ func (d *demo) enableAWS(ctx context.Context, vpc *lab.VPC) error {
 	}
 	// kwok marks the new pods Ready without running their readiness
 	// probes, so wait, as the probes would, until every replica passes
-	// them (the readiness probe includes the webhook server), every
-	// endpoint of the webhook Service accepts connections (the API server
-	// picks any of them: one replica serving is not enough, and an old
-	// replica's address may linger in the EndpointSlice), and a server-side
-	// dry run goes through the admission webhook.
+	// them (managerBack; the readiness probe includes the webhook server),
+	// then until every endpoint of the webhook Service accepts connections
+	// (the API server picks any of them: one replica serving is not enough,
+	// and an old replica's address may linger in the EndpointSlice) and a
+	// server-side dry run goes through the admission webhook.
+	if err := d.managerBack(ctx); err != nil {
+		return fmt.Errorf("the restarted manager does not pass its probes: %w", err)
+	}
 	probe := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
 		Spec: ipv1.IPPoolSpec{Addresses: []string{netip.PrefixFrom(staticip.Nth(d.lab.Net.Subnet, 200), 32).String()}}}
 	c, err := staticip.NewClient(d.lab)
@@ -181,16 +184,10 @@ func (d *demo) enableAWS(ctx context.Context, vpc *lab.VPC) error {
 		return err
 	}
 	var last error
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		failed, err := d.deployed.Probe(ctx)
-		if err != nil || len(failed) > 0 {
-			last = fmt.Errorf("probes: %v %v", err, failed)
-			return false, nil
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if last = webhookEndpointsServe(ctx, c, ns, webhookService); last == nil {
+			last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
 		}
-		if last = webhookEndpointsServe(ctx, c, ns, webhookService); last != nil {
-			return false, nil
-		}
-		last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
 		return last == nil, nil
 	})
 	if err != nil {

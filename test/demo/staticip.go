@@ -191,18 +191,15 @@ func stallScenario(ctx context.Context, d *demo, c client.Client, name string, a
 		return err
 	}
 	asked, answered := 0, 0
-	var silentSince, longest time.Duration
-	start := time.Now()
-	lastAnswer := start
-	for end := start.Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	var longest time.Duration
+	lastAnswer := time.Now()
+	for end := lastAnswer.Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		asked++
 		if got, err := staticip.AskFrom(d.lab.Net.ClientNamespace(), addr, 300*time.Millisecond); err == nil && got == holder {
 			answered++
 			lastAnswer = time.Now()
 		}
-		if silentSince = time.Since(lastAnswer); silentSince > longest {
-			longest = silentSince
-		}
+		longest = max(longest, time.Since(lastAnswer))
 	}
 	if err := resume(); err != nil {
 		return err
