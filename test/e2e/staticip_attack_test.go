@@ -8,7 +8,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -98,13 +97,6 @@ func delAddr(node string, addr netip.Addr) {
 	defer h.Close()
 	if eth0, err := h.LinkByName("eth0"); err == nil {
 		_ = h.AddrDel(eth0, &netlink.Addr{IPNet: netlink.NewIPNet(addr.AsSlice())})
-	}
-}
-
-func delRoute(node string, addr netip.Addr) {
-	if h, err := nodeHandle(node); err == nil {
-		_ = h.RouteDel(&netlink.Route{Dst: netlink.NewIPNet(addr.AsSlice())})
-		h.Close()
 	}
 }
 
@@ -283,7 +275,10 @@ func TestStaticIPAttackFrozenAgent(t *testing.T) {
 	resumed := time.AfterFunc(6*time.Second, resume)
 
 	// Meanwhile the holder pod goes and a new pod on the frozen node gets
-	// its pod IP.
+	// its pod IP. kwok hands a freed pod IP to the next pod of its node, so
+	// the node is cordoned first: the Deployment's replacement lands
+	// elsewhere and the reuser below is the only pod with that IP.
+	cordon(t, g, s.c, frozenNode)
 	g.Expect(s.c.Delete(ctx, holder, client.GracePeriodSeconds(0))).To(Succeed())
 	reuser := s.reusePodIP(t, g, frozenNode, before.Status.Pod, oldPodIP)
 
@@ -646,24 +641,34 @@ func pinned(dep *appsv1.Deployment, node string) *appsv1.Deployment {
 	return dep
 }
 
+// cordon marks the node unschedulable until the test ends.
+func cordon(t *testing.T, g Gomega, c client.Client, node string) {
+	set := func(unschedulable bool) error {
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable)
+		return c.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+			client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	g.Expect(set(true)).To(Succeed(), "cordon %s", node)
+	t.Cleanup(func() {
+		if err := set(false); err != nil {
+			t.Errorf("uncordon %s: %v", node, err)
+		}
+	})
+}
+
 // reusePodIP puts a new pod namespace behind the node with addr, the pod
-// IP of a pod that is gone, as a CNI reusing a freed address would (kwok
-// hands out pod IPs in sequence, so a real pod would not get it soon). It
-// waits until the lab has unplugged the old pod.
+// IP of a pod that is gone, as a CNI reusing a freed address would. The
+// caller keeps other pods off the node (kwok would give them the freed IP).
+// It waits until the lab has unplugged the old pod.
 func (s *staticIPStack) reusePodIP(t *testing.T, g Gomega, node, oldPod string, addr netip.Addr) string {
 	g.Eventually(func() string { return s.pods.PodNamespace(oldPod) }, 20*time.Second, 20*time.Millisecond).
 		Should(BeEmpty(), "the lab unplugged %s", oldPod)
-	// The lab may still be removing the old pod's route, or (seen with the
-	// first pod IP of a node) leave it behind: the new pod takes it over.
+	// The lab may still be removing the old pod's route (EEXIST meanwhile).
 	var ns string
 	g.Eventually(func() (err error) {
 		ns, err = theLab.Net.AddPod(node, "reuser", addr)
-		if errors.Is(err, syscall.EEXIST) {
-			t.Logf("a route to %s is left on %s: %v; removing it", addr, node, err)
-			delRoute(node, addr)
-		}
 		return err
-	}, 3*time.Second, 50*time.Millisecond).Should(Succeed())
+	}, 3*time.Second, 50*time.Millisecond).Should(Succeed(), "pods of the lab on %s: %v", node, s.pods.Pods())
 	t.Cleanup(func() { _ = theLab.Net.RemovePod(node, "reuser") })
 	return ns
 }
