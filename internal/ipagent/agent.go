@@ -66,6 +66,10 @@ type Dataplane interface {
 	// nothing, even after Unfence.
 	Fence(ctx context.Context) error
 	Unfence()
+	// Refresh rewrites the timeouts of what is programmed to the current
+	// deadlines, shorter or longer (netconf.ErrLapsed: something had
+	// expired meanwhile).
+	Refresh() error
 }
 
 // Lease tells whether the agent still holds its heartbeat Lease.
@@ -114,6 +118,9 @@ type Reconciler struct {
 	// waiting are the IPs placed here waiting for their witnesses to
 	// vouch, by UID: since when.
 	waiting sync.Map
+	// fellBack are the IPs, by UID, that this run holds on its Lease
+	// because their witnesses did not vouch in time.
+	fellBack sync.Map
 }
 
 // Reconcile converges the node.

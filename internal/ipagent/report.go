@@ -32,24 +32,43 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 			continue
 		}
 		gen, may := r.holdRule(ip, held, now)
-		wantLease = wantLease || gen == 0
 		if !may {
+			wantLease = wantLease || gen == 0
 			continue
 		}
 		a, ok := r.assignment(ctx, ip)
 		if !ok {
+			wantLease = wantLease || gen == 0
 			continue
 		}
+		// A hold on the Lease that its witnesses now vouch for moves to
+		// their word, the kernel bound by it first (convertHold).
+		converting := gen != 0 && ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0
+		if converting && !r.convertHold(ip.Status.Witnesses) {
+			converting, gen = false, 0
+		}
+		wantLease = wantLease || gen == 0
 		// Claimed already under this rule, and attachedPod names nobody
 		// else: nothing to write. Otherwise take it, and clear an
-		// attachedPod of another pod before the kernel is repointed.
+		// attachedPod of another pod before the kernel is repointed (a
+		// conversion keeps it: the kernel goes on forwarding to it).
 		if ip.Status.AttachedNode != r.Node || ip.Status.AttachedGeneration != gen ||
 			(ip.Status.AttachedPod != "" && ip.Status.AttachedPod != ip.Status.Pod) {
-			claimed, err := r.patchStatus(ctx, ip, r.Node, "", gen)
+			pod := ""
+			if converting && ip.Status.AttachedPod == ip.Status.Pod {
+				pod = ip.Status.AttachedPod
+			}
+			claimed, err := r.patchStatus(ctx, ip, r.Node, pod, gen)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if !claimed {
+			switch {
+			case !claimed && converting:
+				// Still on the Lease; but a failed write may have
+				// landed all the same, so the witnesses bound it too.
+				sets = append(sets, ip.Status.Witnesses)
+				gen = 0
+			case !claimed:
 				continue
 			}
 		}

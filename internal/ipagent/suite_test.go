@@ -98,6 +98,8 @@ type fakeDataplane struct {
 	fenced  bool
 	// violations of the protocol seen so far.
 	violations []string
+	// onRefresh is called by every Refresh.
+	onRefresh func()
 
 	// failing addresses cannot be programmed: Apply reports the error.
 	failing map[netip.Addr]error
@@ -162,6 +164,25 @@ func (d *fakeDataplane) Fence(context.Context) error {
 	d.fenced = true
 	d.kernel = map[netip.Addr]netconf.Assignment{}
 	return nil
+}
+
+// Refresh calls the test's hook, if any, as the kernel's gate would read
+// its deadline (the agent's HoldDeadline) at that moment.
+func (d *fakeDataplane) Refresh() error {
+	d.mu.Lock()
+	hook := d.onRefresh
+	d.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return nil
+}
+
+// setOnRefresh sets the hook Refresh calls.
+func (d *fakeDataplane) setOnRefresh(hook func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onRefresh = hook
 }
 
 func (d *fakeDataplane) Unfence() {

@@ -2,9 +2,11 @@ package ipagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/netconf"
 	"github.com/kubext/kubext/internal/witness"
 )
 
@@ -57,13 +60,18 @@ func (c *WitnessConfig) fallbackAfter() time.Duration {
 //
 // When the witnesses do not vouch within the fallback time, the node
 // holds the IP on its Lease (and keeps that rule until it lets go): a
-// filtered witness port must not keep an address dark for ever.
+// filtered witness port must not keep an address dark for ever. A hold
+// already on the Lease because the IP had no witnesses when it began (no
+// other node was eligible) moves to their word once the controller names
+// some and they vouch (see convertHold); until then, and for good if they
+// do not vouch within the fallback time, it stays on the Lease.
 func (r *Reconciler) holdRule(ip *ipv1.IP, leaseHeld bool, now time.Time) (gen int64, may bool) {
 	if r.Witness == nil || len(ip.Status.Witnesses) == 0 {
 		return 0, leaseHeld
 	}
-	if ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0 {
-		return 0, leaseHeld // held on the Lease already: no flapping
+	onLease := ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0
+	if _, fell := r.fellBack.Load(ip.UID); onLease && fell {
+		return 0, leaseHeld // no flapping
 	}
 	if r.Witness.Peer.HeldUntil(ip.Status.Witnesses).After(now) {
 		r.waiting.Delete(ip.UID)
@@ -71,14 +79,35 @@ func (r *Reconciler) holdRule(ip *ipv1.IP, leaseHeld bool, now time.Time) (gen i
 	}
 	since, _ := r.waiting.LoadOrStore(ip.UID, now)
 	if now.Sub(since.(time.Time)) < r.Witness.fallbackAfter() {
+		if onLease {
+			return 0, leaseHeld
+		}
 		return int64(r.Witness.Peer.Gen()), false
 	}
+	r.waiting.Delete(ip.UID)
+	r.fellBack.Store(ip.UID, true)
 	if _, told := r.warned.LoadOrStore("fallback/"+string(ip.UID), true); !told {
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonWitnessesUnreachable, "Attach",
 			"Node %s heard no majority of the witnesses %s within %s (is UDP port %d open between the nodes?): it holds %s on its heartbeat Lease instead, and fails over as in Lease failover",
 			r.Node, strings.Join(ip.Status.Witnesses, ", "), r.Witness.fallbackAfter(), r.Witness.Port, ip.Status.Address)
 	}
 	return 0, leaseHeld
+}
+
+// convertHold prepares a hold on the Lease to become a hold on ws's word:
+// from the moment the claim that records its generation can be read, the
+// controller may move the address once a majority of ws declares that
+// generation silent, which is SilentAfter after they last heard this node
+// and so possibly long before the Lease would have ended. The kernel must
+// therefore obey ws's word before the claim is written: ws joins the holds
+// that bound the gate's deadline, and the gate is rewritten to it. It
+// reports whether that is done; if not, the hold stays on the Lease.
+func (r *Reconciler) convertHold(ws []string) bool {
+	r.mu.Lock()
+	r.witnessSets = append(slices.Clone(r.witnessSets), ws)
+	r.mu.Unlock()
+	err := r.Dataplane.Refresh()
+	return err == nil || errors.Is(err, netconf.ErrLapsed)
 }
 
 // waitingForWitnesses reports whether some IP placed here waits for its

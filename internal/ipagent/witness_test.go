@@ -164,3 +164,90 @@ func TestUnreachableWitnessesFallBackToTheLease(t *testing.T) {
 	witnesses.vouch(w, true)
 	f.G.Consistently(f.attachedGeneration(ip), quiet, 100*time.Millisecond).Should(BeZero())
 }
+
+// A hold that began on the Lease because the IP had no witnesses (none
+// was eligible when it was placed) moves to their word once the
+// controller names some and they vouch: the claim records the generation
+// and keeps attachedPod. Before that claim can be read, the kernel's gate
+// is already bound by the witnesses' word: from the claim on, the
+// controller may move the address once they declare the node silent,
+// long before the Lease would have ended.
+func TestLeaseHoldMovesToWitnessesNamedLater(t *testing.T) {
+	f := newFixture(t)
+	w := f.witnessNode("w4", "192.0.2.94")
+	ip := f.attached("late", "192.0.2.44", "10.244.1.44")
+	pod := f.holder(ip)
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeZero())
+
+	// What the gate would be set to at each Refresh, and whether the
+	// claim was on the API server by then.
+	leaseEnd := time.Now().Add(2 * time.Hour)
+	type seen struct {
+		Deadline time.Time
+		Gen      int64
+	}
+	var mu sync.Mutex
+	var refreshes []seen
+	dp.setOnRefresh(func() {
+		cur := &ipv1.IP{}
+		if err := k8s.Get(f.Ctx, client.ObjectKey{Name: ip}, cur); err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		refreshes = append(refreshes, seen{agent.HoldDeadline(leaseEnd, 0), cur.Status.AttachedGeneration})
+	})
+	t.Cleanup(func() { dp.setOnRefresh(nil) })
+
+	// Named, not vouching yet: still on the Lease, still attached.
+	f.setWitnesses(ip, w)
+	f.G.Eventually(witnesses.probing, testenv.WaitFor).Should(HaveKey(w))
+	f.G.Consistently(func(g Gomega) {
+		g.Expect(f.attachedGeneration(ip)()).To(BeZero())
+		g.Expect(f.attachedPod(ip)()).To(Equal(pod))
+		g.Expect(dp.programmed(netip.MustParseAddr("192.0.2.44"))).NotTo(BeZero())
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
+
+	witnesses.vouch(w, true)
+	f.G.Eventually(f.attachedGeneration(ip), testenv.WaitFor).Should(BeEquivalentTo(42))
+	f.G.Expect(f.attachedPod(ip)()).To(Equal(pod), "the conversion keeps the kernel's forwarding and says so")
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.44"))).NotTo(BeZero())
+	f.G.Expect(agent.Idle()).To(BeTrue(), "nothing left on the Lease")
+	mu.Lock()
+	defer mu.Unlock()
+	bound := time.Now().Add(time.Hour) // the fake witnesses vouch for an hour
+	f.G.Expect(refreshes).To(ContainElement(SatisfyAll(
+		HaveField("Gen", BeZero()),
+		HaveField("Deadline", BeTemporally("<=", bound)),
+	)), "the gate was bound by the witnesses before the claim was written")
+	f.G.Expect(dp.protocolViolations()).To(BeEmpty())
+}
+
+// A hold on the Lease whose witnesses, named later, never vouch stays on
+// the Lease: attached throughout, and the fallback told once.
+func TestLeaseHoldKeepsTheLeaseWhenLateWitnessesAreSilent(t *testing.T) {
+	f := newFixture(t)
+	w := f.witnessNode("w5", "192.0.2.95")
+	ip := f.attached("late-silent", "192.0.2.45", "10.244.1.45")
+	pod := f.holder(ip)
+	f.setWitnesses(ip, w)
+	f.G.Eventually(func() []eventsv1.Event { return ipEvents(f.Ctx, ip) }, testenv.WaitFor).Should(ContainElement(
+		HaveField("Reason", ipv1.ReasonWitnessesUnreachable)))
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeZero())
+	f.G.Expect(f.attachedPod(ip)()).To(Equal(pod))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.45"))).NotTo(BeZero())
+
+	// Fallen back: no flapping to the witnesses' word when they vouch.
+	witnesses.vouch(w, true)
+	f.G.Consistently(f.attachedGeneration(ip), quiet, 100*time.Millisecond).Should(BeZero())
+}
+
+// setWitnesses names the IP's witnesses, as the controller does.
+func (f *fixture) setWitnesses(name string, ws ...string) {
+	f.T.Helper()
+	ip := &ipv1.IP{}
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed())
+	orig := ip.DeepCopy()
+	ip.Status.Witnesses = ws
+	f.G.Expect(k8s.Status().Patch(f.Ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))).To(Succeed())
+}

@@ -175,8 +175,8 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 // word once they vouch for it, a moment after the IP is Ready; the freeze
 // waits for that, and what the partner saw during it is checked, not
 // assumed. A hold that got no witnesses (none was eligible when it was
-// placed; they are fixed for the hold's life) stays on the Lease: the
-// demo says so and shows what that costs.
+// placed) gets them named within seconds of one becoming eligible; one
+// still on the Lease after 20 s is said plainly, with what that costs.
 func stallScenario(ctx context.Context, d *demo, c client.Client, name string, addr netip.Addr, holder string) error {
 	ip, err := staticip.WaitIP(ctx, c, name, 20*time.Second, func(ip *ipv1.IP) bool { return ip.Status.AttachedGeneration > 0 })
 	onWitnesses := err == nil

@@ -111,6 +111,11 @@ func (a *fakeAgent) converge(ctx context.Context) {
 			}
 		case ip.Status.Node == a.node && ip.Status.AttachedNode == a.node && ip.Status.AttachedPod != ip.Status.Pod && a.holderHere(ctx, ip):
 			ip.Status.AttachedPod = ip.Status.Pod
+		case ip.Status.Node == a.node && ip.Status.AttachedNode == a.node && ip.Status.AttachedGeneration == 0 &&
+			a.gen > 0 && len(ip.Status.Witnesses) > 0 && !a.noClaim.Load():
+			// A hold on the Lease moves to the word of witnesses named
+			// after it began.
+			ip.Status.AttachedGeneration = a.gen
 		case ip.Status.Node != a.node && ip.Status.AttachedNode == a.node:
 			ip.Status.AttachedNode, ip.Status.AttachedPod, ip.Status.AttachedGeneration = "", "", 0
 		default:

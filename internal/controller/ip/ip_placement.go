@@ -87,6 +87,11 @@ func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool,
 		// agent's update or its heartbeat brings us back, and so does this.
 		return ctrl.Result{RequeueAfter: confirmEvery}, nil
 	}
+	if awaitsWitnesses(ip, pool) {
+		// A node that becomes eligible brings back only the IPs it is
+		// related to (holds, stands by for): this brings back the rest.
+		return ctrl.Result{RequeueAfter: witnessRetry}, nil
+	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
@@ -168,6 +173,8 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 			ip.Status.Witnesses = r.witnessesFor(ctx, ip, pool, target, previous, h)
 		}
 		ip.Status.Node, ip.Status.Pod = target, pod
+	} else if awaitsWitnesses(ip, pool) {
+		r.nameLateWitnesses(ctx, ip, pool, h)
 	}
 	if aws {
 		switch {
@@ -430,7 +437,7 @@ func holdRule(ip *ipv1.IP) string {
 	case len(ip.Status.Witnesses) == 0:
 		return ""
 	case ip.Status.AttachedGeneration == 0:
-		return fmt.Sprintf(", on its heartbeat Lease: its witnesses (%s) did not vouch for it in time (%s)",
+		return fmt.Sprintf(", on its heartbeat Lease: its witnesses (%s) have not vouched for it (%s)",
 			strings.Join(ip.Status.Witnesses, ", "), ipv1.ReasonWitnessesUnreachable)
 	default:
 		return fmt.Sprintf(", on the word of its witnesses (%s)", strings.Join(ip.Status.Witnesses, ", "))

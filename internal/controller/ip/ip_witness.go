@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -151,6 +152,37 @@ func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
 	return true, witness.MayMove(witness.Hold{Node: att, Gen: witness.Gen(g)}, ip.Status.Witnesses, r.decl.get)
 }
 
+// witnessRetry is how often an IP that awaits witnesses looks for them.
+const witnessRetry = 5 * time.Second
+
+// awaitsWitnesses reports whether ip, in a Witness pool, is placed on a
+// node (and held there, or not yet held anywhere) without witnesses: none
+// was eligible when the hold began (the other nodes' agents not yet
+// renewing, a node rebooting, a one-node pool). Its holder then holds it on
+// its heartbeat Lease, which a stalled API server ends.
+func awaitsWitnesses(ip *ipv1.IP, pool *ipv1.IPPool) bool {
+	return pool != nil && pool.Spec.Failover == ipv1.FailoverWitness && ip.Status.Node != "" &&
+		len(ip.Status.Witnesses) == 0 && ip.Status.AttachedGeneration == 0 &&
+		(ip.Status.AttachedNode == "" || ip.Status.AttachedNode == ip.Status.Node)
+}
+
+// nameLateWitnesses names the witnesses of an IP that awaits them, once
+// some are eligible. That changes nothing for a hold on the Lease: the
+// controller goes on judging it by its Lease (attachedGeneration 0) until
+// its agent moves it to the witnesses' word, a claim conditional on the
+// version that names them, made after the agent has bound its kernel by
+// their word (internal/ipagent, convertHold). The witnesses of a hold on
+// their word are never changed: the safety argument needs two quorums of
+// one set (docs/design/failover.md).
+func (r *Reconciler) nameLateWitnesses(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, h ipam.Holding) {
+	chosen, _ := r.chooseWitnesses(ctx, ip, pool, ip.Status.Node, "", h)
+	if len(chosen) == 0 {
+		return
+	}
+	ctrl.LoggerFrom(ctx).Info("Witnesses named for a hold that had none", "ip", ip.Name, "node", ip.Status.Node, "witnesses", chosen)
+	ip.Status.Witnesses = chosen
+}
+
 // witnessesFor names the witnesses of a new placement on target: none in
 // Lease failover; otherwise other nodes the pool admits whose agents are
 // alive and not declared silent (nor the previous holder, which may have
@@ -160,12 +192,23 @@ func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
 // one's loss ends the hold, where with one only that one's does. With
 // none, the agent holds on its Lease, as in Lease failover.
 func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target, previous string, h ipam.Holding) []string {
+	chosen, passed := r.chooseWitnesses(ctx, ip, pool, target, previous, h)
+	if target != "" && len(chosen) < maxWitnesses && len(passed) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Fewer witnesses than wanted", "ip", ip.Name, "node", target, "witnesses", chosen, "passedOver", passed)
+	}
+	return chosen
+}
+
+// chooseWitnesses is witnessesFor without the log; passed says why each
+// node examined was passed over.
+func (r *Reconciler) chooseWitnesses(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target, previous string, h ipam.Holding) (chosen []string, passed map[string]string) {
 	if target == "" || pool == nil || pool.Spec.Failover != ipv1.FailoverWitness {
-		return nil
+		return nil, nil
 	}
 	allowed, err := r.nodeAllowed(ctx, pool)
 	if err != nil {
-		return nil
+		ctrl.LoggerFrom(ctx).Error(err, "Reading the pool's nodes for witnesses", "ip", ip.Name)
+		return nil, nil
 	}
 	var candidates []string
 	for _, s := range h.Standbys {
@@ -184,7 +227,7 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 	candidates = append(candidates, ringAfter(target, rest)...)
 	// Only as many candidates are examined as it takes to find the
 	// witnesses (each check may read a Node).
-	passed := map[string]string{} // why a node is not a candidate
+	passed = map[string]string{} // why a node is not a candidate
 	var eligible []string
 	for _, n := range candidates {
 		if len(eligible) == maxWitnesses {
@@ -209,14 +252,11 @@ func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.I
 		}
 		eligible = append(eligible, n)
 	}
-	chosen := witness.Choose(target, eligible, maxWitnesses)
+	chosen = witness.Choose(target, eligible, maxWitnesses)
 	if len(chosen)%2 == 0 && len(chosen) > 0 {
 		chosen = chosen[:len(chosen)-1]
 	}
-	if len(chosen) < maxWitnesses && len(passed) > 0 {
-		ctrl.LoggerFrom(ctx).Info("Fewer witnesses than wanted", "ip", ip.Name, "node", target, "witnesses", chosen, "passedOver", passed)
-	}
-	return chosen
+	return chosen, passed
 }
 
 // ringAfter orders nodes by name starting after target, round the ring:

@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,4 +177,56 @@ func TestWitnessOrderFollowsTheHolder(t *testing.T) {
 			t.Errorf("%s witnesses for %d holders, want %d: %v", n, count[n], maxWitnesses, count)
 		}
 	}
+}
+
+// A hold that began without witnesses (no other node's agent renewed yet,
+// as right after an install) is on its holder's Lease, so a stalled API
+// server would silence it. The controller names its witnesses as soon as
+// one is eligible, and the agent moves the hold to their word. Until the
+// agent has done so the hold is judged by its Lease alone: its witnesses'
+// declarations cannot end it.
+func TestWitnessesNamedForAHoldThatHadNone(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.Create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.48/29"},
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}, Failover: ipv1.FailoverWitness,
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"late": f.ID}}}})
+	a, b := f.name("a"), f.name("b")
+	for _, n := range []string{a, b} {
+		f.Create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"late": f.ID}}})
+	}
+	agentA := startAgent(t, a)
+	agentA.mu.Lock()
+	agentA.gen = 7
+	agentA.mu.Unlock()
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.pod(f.name("holder"), name, a, "192.0.2.23")
+	held := f.readyAttachedOn(name, a)
+	f.G.Expect(held.Status.Witnesses).To(BeEmpty(), "no other node's agent renews")
+	f.G.Expect(held.Status.AttachedGeneration).To(BeZero(), "held on the Lease")
+
+	// b's agent starts; a's agent does not take the witnesses' word yet.
+	agentA.noClaim.Store(true)
+	agentB := startAgent(t, b)
+	agentB.mu.Lock()
+	agentB.gen = 3
+	agentB.mu.Unlock()
+	f.G.Eventually(func() []string { return f.ip(name).Status.Witnesses }, witnessRetry+testenv.WaitFor).Should(Equal([]string{b}))
+	f.G.Eventually(func() string { return condition(f.ip(name), ipv1.ConditionAttached).Message }, testenv.WaitFor).Should(
+		ContainSubstring("on its heartbeat Lease: its witnesses (" + b + ") have not vouched for it"))
+	f.declare(b, a, 7)
+	f.G.Consistently(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.AttachedNode).To(Equal(a))
+		g.Expect(ip.Status.Node).To(Equal(a))
+		g.Expect(ip.Status.Witnesses).To(Equal([]string{b}))
+	}, 2*time.Second, 100*time.Millisecond).Should(Succeed(), "declarations end only a hold on the witnesses' word")
+
+	// a's agent takes their word, in generation 7: now the declaration
+	// made above ends the hold.
+	agentA.noClaim.Store(false)
+	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(BeEmpty())
+	lost := ipEvent(f.Ctx, name, ipv1.ReasonNodeLost)
+	f.G.Expect(lost).NotTo(BeNil())
+	f.G.Expect(lost.Note).To(ContainSubstring("witnesses of node " + a))
 }
