@@ -96,6 +96,14 @@ func run(ctx context.Context) (err error) {
 			say("export KUBECONFIG=%s", d.lab.Kubeconfig)
 			return
 		}
+		if err != nil {
+			// Down removes the lab's directory: keep the components' logs.
+			keep := filepath.Join(os.TempDir(), "kubext-demo-logs")
+			_ = os.RemoveAll(keep)
+			if cerr := os.CopyFS(keep, os.DirFS(filepath.Join(d.lab.Dir, "logs"))); cerr == nil {
+				say("The lab's logs (manager, agents, pods) are kept in %s", keep)
+			}
+		}
 		step("Removing the lab")
 		if derr := d.lab.Down(context.WithoutCancel(ctx)); derr != nil && err == nil {
 			err = derr

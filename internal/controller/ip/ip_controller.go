@@ -75,6 +75,8 @@ type Reconciler struct {
 	aws awsState
 	// decl are the witnesses' declarations (Witness failover).
 	decl *declarations
+	// awaiting are the IPs that await witnesses.
+	awaiting awaiting
 	// picking keeps the workers from racing each other for one address.
 	picking picking
 }
@@ -102,11 +104,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	ip := &ipv1.IP{}
 	if err := r.Get(ctx, req.NamespacedName, ip); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.awaiting.set(req.Name, false)
 			return ctrl.Result{}, r.reportMissing(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading IP %s: %w", req.Name, err)
 	}
 	if !ip.DeletionTimestamp.IsZero() {
+		r.awaiting.set(ip.Name, false)
 		return r.reconcileDelete(ctx, ip)
 	}
 	if added, err := statuspatch.AddFinalizer(ctx, r.Client, ip, ipv1.Finalizer); err != nil || added {

@@ -87,9 +87,9 @@ func (r *Reconciler) settle(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool,
 		// agent's update or its heartbeat brings us back, and so does this.
 		return ctrl.Result{RequeueAfter: confirmEvery}, nil
 	}
-	if awaitsWitnesses(ip, pool) {
-		// A node that becomes eligible brings back only the IPs it is
-		// related to (holds, stands by for): this brings back the rest.
+	waits := awaitsWitnesses(ip, pool)
+	r.awaiting.set(ip.Name, waits)
+	if waits {
 		return ctrl.Result{RequeueAfter: witnessRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil

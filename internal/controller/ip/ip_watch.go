@@ -155,7 +155,12 @@ var poolChanged = predicate.GenerationChangedPredicate{}
 // heartbeatToIPs maps a node whose agent turned healthy or unhealthy to
 // the IPs placed on it and the IPs claimed by pods running there.
 func (r *Reconciler) heartbeatToIPs(ctx context.Context, o client.Object) []reconcile.Request {
-	return requests(r.ipsOfNode(ctx, heartbeat.NodeOf(o)))
+	reqs := requests(r.ipsOfNode(ctx, heartbeat.NodeOf(o)))
+	// The node may be the witness some hold awaits.
+	for _, name := range r.awaiting.list() {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+	return reqs
 }
 
 // ipsOfNode are the IPs whose decision a node takes part in: those placed

@@ -3,6 +3,7 @@ package ip
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -152,8 +153,36 @@ func (r *Reconciler) witnessHold(ip *ipv1.IP) (isWitness, lost bool) {
 	return true, witness.MayMove(witness.Hold{Node: att, Gen: witness.Gen(g)}, ip.Status.Witnesses, r.decl.get)
 }
 
-// witnessRetry is how often an IP that awaits witnesses looks for them.
-const witnessRetry = 5 * time.Second
+// witnessRetry is how often an IP that awaits witnesses looks for them
+// besides when a node's agent turns healthy (awaiting).
+const witnessRetry = 30 * time.Second
+
+// awaiting are the names of the IPs that await witnesses (awaitsWitnesses
+// when last placed): a node whose agent turns healthy may be one, so
+// heartbeatToIPs brings them all back.
+type awaiting struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+func (a *awaiting) set(name string, waits bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.names == nil {
+		a.names = map[string]struct{}{}
+	}
+	if waits {
+		a.names[name] = struct{}{}
+	} else {
+		delete(a.names, name)
+	}
+}
+
+func (a *awaiting) list() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Collect(maps.Keys(a.names))
+}
 
 // awaitsWitnesses reports whether ip, in a Witness pool, is placed on a
 // node (and held there, or not yet held anywhere) without witnesses: none

@@ -211,7 +211,8 @@ func TestWitnessesNamedForAHoldThatHadNone(t *testing.T) {
 	agentB.mu.Lock()
 	agentB.gen = 3
 	agentB.mu.Unlock()
-	f.G.Eventually(func() []string { return f.ip(name).Status.Witnesses }, witnessRetry+testenv.WaitFor).Should(Equal([]string{b}))
+	// Named when b's agent turns healthy, not at the next retry.
+	f.G.Eventually(func() []string { return f.ip(name).Status.Witnesses }, testenv.WaitFor).Should(Equal([]string{b}))
 	f.G.Eventually(func() string { return condition(f.ip(name), ipv1.ConditionAttached).Message }, testenv.WaitFor).Should(
 		ContainSubstring("on its heartbeat Lease: its witnesses (" + b + ") have not vouched for it"))
 	f.declare(b, a, 7)
