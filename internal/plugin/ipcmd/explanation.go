@@ -227,6 +227,10 @@ func diagnose(f *facts, ready *metav1.Condition) []string {
 			out = append(out, fmt.Sprintf("Held on node %s's Lease, not on its witnesses' word: none of %s vouched in time. Open UDP port 7946 (the ip-agents' --witness-port) between the nodes; until then it fails over in about 2 s and goes dark while the API server stalls.",
 				ip.Status.Node, strings.Join(ip.Status.Witnesses, ", ")))
 		}
+		if len(ip.Status.Witnesses) == 0 && ip.Status.AttachedGeneration == 0 && f.pool != nil && f.pool.Spec.Failover == ipv1.FailoverWitness {
+			out = append(out, fmt.Sprintf("Held on node %s's Lease, for want of witnesses: no other node that pool %s selects had a live agent when it was placed. The controller names witnesses as soon as one has, and the holder then moves to their word; until then it fails over in about 2 s and goes dark while the API server stalls.",
+				ip.Status.Node, f.pool.Name))
+		}
 		if len(ip.Status.Standbys) == 0 {
 			out = append(out, fmt.Sprintf("There is no standby: if node %s fails, the address waits until a claiming pod is Ready on another node.", ip.Status.Node))
 		}

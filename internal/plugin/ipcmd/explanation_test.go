@@ -88,6 +88,20 @@ func TestExplain(t *testing.T) {
 			"none of n2 vouched in time. Open UDP port 7946",
 		},
 	}, {
+		name: "held on the Lease because no witness was eligible when it was placed",
+		facts: func(f *facts) {
+			f.ip = readyIP("default/web-1")
+			f.pool = pool(nil)
+			f.pool.Spec.Failover = ipv1.FailoverWitness
+			f.pods = []corev1.Pod{pod("web-0", "n1", true), pod("web-1", "n2", true)}
+		},
+		want: []string{
+			"its heartbeat Lease: it moves once the Lease is not renewed for its duration",
+			"Held on node n1's Lease, for want of witnesses",
+			"The controller names witnesses as soon as one has",
+		},
+		absent: []string{"Open UDP port 7946"},
+	}, {
 		name: "ready, with a standby and ineligible claimants",
 		facts: func(f *facts) {
 			f.ip = readyIP("default/web-1")
