@@ -60,7 +60,9 @@ func TestGeneratedSecretNameTaken(t *testing.T) {
 		g.Expect(metav1.IsControlledBy(s, rd)).To(BeTrue())
 	})
 	f.G.Expect(string(secret.Data["password"])).NotTo(Equal("known"))
-	f.Get(key, &appsv1.StatefulSet{})
+	// The members start once the Secret is there: the same reconcile
+	// creates them just after, so they may not be there yet.
+	f.G.Eventually(func() error { return k8s.Get(f.Ctx, key, &appsv1.StatefulSet{}) }, testenv.WaitFor).Should(Succeed())
 }
 
 // A Redis that names its Secret keeps it: nothing is generated, and the
