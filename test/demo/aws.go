@@ -3,16 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -167,68 +163,8 @@ func (d *demo) enableAWS(ctx context.Context, vpc *lab.VPC) error {
 	if err := k.show("rollout", "status", "-n", ns, deploy, "--timeout=2m"); err != nil {
 		return err
 	}
-	// kwok marks the new pods Ready without running their readiness
-	// probes, so wait, as the probes would, until every replica passes
-	// them (managerBack; the readiness probe includes the webhook server),
-	// then until every endpoint of the webhook Service accepts connections
-	// (the API server picks any of them: one replica serving is not enough,
-	// and an old replica's address may linger in the EndpointSlice) and a
-	// server-side dry run goes through the admission webhook.
-	if err := d.managerBack(ctx); err != nil {
-		return fmt.Errorf("the restarted manager does not pass its probes: %w", err)
-	}
-	probe := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
-		Spec: ipv1.IPPoolSpec{Addresses: []string{netip.PrefixFrom(staticip.Nth(d.lab.Net.Subnet, 200), 32).String()}}}
-	c, err := staticip.NewClient(d.lab)
-	if err != nil {
-		return err
-	}
-	var last error
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if last = webhookEndpointsServe(ctx, c, ns, webhookService); last == nil {
-			last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		}
-		return last == nil, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the restarted manager does not serve its webhooks: %w (last: %v)", err, last)
-	}
-	return nil
-}
-
-// webhookService is the Service the admission webhooks are called through
-// (config/webhook/service.yaml with the install's name prefix).
-const webhookService = "kubext-webhook-service"
-
-// webhookEndpointsServe says why not every address the Service's
-// EndpointSlices list accepts a TCP connection on its port (nil when all
-// do, and there is at least one).
-func webhookEndpointsServe(ctx context.Context, c client.Client, ns, service string) error {
-	var slices discoveryv1.EndpointSliceList
-	if err := c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
-		return err
-	}
-	n := 0
-	for _, s := range slices.Items {
-		for _, p := range s.Ports {
-			if p.Port == nil {
-				continue
-			}
-			for _, e := range s.Endpoints {
-				for _, a := range e.Addresses {
-					addr := net.JoinHostPort(a, strconv.Itoa(int(*p.Port)))
-					conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
-					if err != nil {
-						return fmt.Errorf("webhook endpoint %s: %w", addr, err)
-					}
-					_ = conn.Close()
-					n++
-				}
-			}
-		}
-	}
-	if n == 0 {
-		return fmt.Errorf("service %s/%s has no endpoints yet", ns, service)
+	if err := d.webhooksServe(ctx); err != nil {
+		return fmt.Errorf("the restarted manager: %w", err)
 	}
 	return nil
 }

@@ -7,17 +7,25 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/staticip"
 )
 
 // demo is what every scenario gets: the lab and the manager's addresses.
@@ -123,6 +131,11 @@ func run(ctx context.Context) (err error) {
 	}
 	for i, s := range run {
 		step("Scenario %d/%d: %s", i+1, len(run), s.title)
+		// The scenario before may have rebooted or killed a node that ran
+		// a manager replica.
+		if err := d.webhooksServe(ctx); err != nil {
+			return err
+		}
 		if err := s.run(ctx, d); err != nil {
 			return fmt.Errorf("%s: %w", s.title, err)
 		}
@@ -179,5 +192,77 @@ func (d *demo) managerBack(ctx context.Context) error {
 		return err
 	}
 	d.metricsURL, d.manager = m.MetricsURL, m
+	return nil
+}
+
+// webhooksServe waits until the installed manager serves its admission
+// webhooks from every replica. kwok marks pods Ready without running their
+// readiness probes, and the lab restarts a node's pods only after the node
+// is back: after a rollout, or a node the demo rebooted or killed, the
+// webhook Service may list a replica that does not listen yet (the API
+// server picks any). So: every replica passes its probes (managerBack; the
+// readiness probe includes the webhook server), every address of the
+// Service's EndpointSlices accepts connections, and a server-side dry run
+// goes through the webhook. Local mode (no install) has nothing to wait for.
+func (d *demo) webhooksServe(ctx context.Context) error {
+	if d.deployed == nil {
+		return nil
+	}
+	if err := d.managerBack(ctx); err != nil {
+		return fmt.Errorf("the manager does not pass its probes: %w", err)
+	}
+	probe := &ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
+		Spec: ipv1.IPPoolSpec{Addresses: []string{netip.PrefixFrom(staticip.Nth(d.lab.Net.Subnet, 200), 32).String()}}}
+	c, err := staticip.NewClient(d.lab)
+	if err != nil {
+		return err
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if last = webhookEndpointsServe(ctx, c, d.deployed.Namespace, webhookService); last == nil {
+			last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the manager does not serve its webhooks: %w (last: %v)", err, last)
+	}
+	return nil
+}
+
+// webhookService is the Service the admission webhooks are called through
+// (config/webhook/service.yaml with the install's name prefix).
+const webhookService = "kubext-webhook-service"
+
+// webhookEndpointsServe says why not every address the Service's
+// EndpointSlices list accepts a TCP connection on its port (nil when all
+// do, and there is at least one).
+func webhookEndpointsServe(ctx context.Context, c client.Client, ns, service string) error {
+	var slices discoveryv1.EndpointSliceList
+	if err := c.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range slices.Items {
+		for _, p := range s.Ports {
+			if p.Port == nil {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					addr := net.JoinHostPort(a, strconv.Itoa(int(*p.Port)))
+					conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+					if err != nil {
+						return fmt.Errorf("webhook endpoint %s: %w", addr, err)
+					}
+					_ = conn.Close()
+					n++
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("service %s/%s has no endpoints yet", ns, service)
+	}
 	return nil
 }
