@@ -32,22 +32,20 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 			continue
 		}
 		gen, may := r.holdRule(ip, held, now)
-		if !may {
-			wantLease = wantLease || gen == 0
-			continue
-		}
-		a, ok := r.assignment(ctx, ip)
-		if !ok {
-			wantLease = wantLease || gen == 0
-			continue
+		var a netconf.Assignment
+		if may {
+			a, may = r.assignment(ctx, ip)
 		}
 		// A hold on the Lease that its witnesses now vouch for moves to
 		// their word, the kernel bound by it first (convertHold).
-		converting := gen != 0 && ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0
+		converting := may && gen != 0 && ip.Status.AttachedNode == r.Node && ip.Status.AttachedGeneration == 0
 		if converting && !r.convertHold(ip.Status.Witnesses) {
 			converting, gen = false, 0
 		}
 		wantLease = wantLease || gen == 0
+		if !may {
+			continue
+		}
 		// Claimed already under this rule, and attachedPod names nobody
 		// else: nothing to write. Otherwise take it, and clear an
 		// attachedPod of another pod before the kernel is repointed (a
@@ -77,7 +75,7 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 		} else {
 			sets = append(sets, ip.Status.Witnesses)
 		}
-		if a, ok = r.routedHere(ip, a); ok {
+		if a, ok := r.routedHere(ip, a); ok {
 			desired[ip.Name] = a
 		} else {
 			pending[ip.Name] = true

@@ -148,8 +148,11 @@ func (k *kernel) gateElements(addrs []netip.Addr) (owned, held map[string][]nfta
 // the table translates after this batch): owned exactly those, and each
 // held again until the deadline (deleted and added, so that its timeout
 // starts over; one batch, so no packet finds it missing). have are the
-// elements read before, by set name, with "arp/" before the arp table's.
-func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, addrs []netip.Addr, have map[string][]nftables.SetElement) error {
+// elements read before, by set name, with "arp/" before the arp table's
+// and "netdev/" before the egress table's. eg is the egress gate wanted
+// (nil: none); est what readGate found of it: its sets are updated when
+// it is eg already, and it is replaced whole otherwise.
+func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, eg *egressGate, est egressState, addrs []netip.Addr, have map[string][]nftables.SetElement) error {
 	g := rs.gate
 	owned, held, arpOwned, arpHeld := k.gateElements(addrs)
 	queue := func(s *nftables.Set, have, want []nftables.SetElement, refresh bool) error {
@@ -179,11 +182,22 @@ func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, addrs []netip.Addr, ha
 		errs = append(errs, queue(o, have[o.Name], owned[o.Name], false), queue(h, have[h.Name], held[h.Name], true))
 	}
 	errs = append(errs, queue(g.arpOwned, have["arp/owned"], arpOwned, false), queue(g.arpHeld, have["arp/held"], arpHeld, true))
+	switch {
+	case eg == nil:
+	case est.current && slices.Equal(est.devices, eg.devices()):
+		for _, f := range []ipFamily{familyIPv4, familyIPv6} {
+			o, h := eg.owned[f.name], eg.held[f.name]
+			errs = append(errs, queue(o, have["netdev/"+o.Name], owned[o.Name], false), queue(h, have["netdev/"+h.Name], held[h.Name], true))
+		}
+	default:
+		errs = append(errs, addEgressTable(b, eg, owned, held))
+	}
 	return errors.Join(errs...)
 }
 
-// readGate reads the gate's elements (see writeGate for the names).
-func (k *kernel) readGate(rs *ruleset) (map[string][]nftables.SetElement, error) {
+// readGate reads the gate's elements (see writeGate for the names) and
+// what there is of the egress gate.
+func (k *kernel) readGate(rs *ruleset) (map[string][]nftables.SetElement, egressState, error) {
 	out := map[string][]nftables.SetElement{}
 	read := func(prefix string, s *nftables.Set) error {
 		elems, err := k.nft.GetSetElements(s)
@@ -195,15 +209,19 @@ func (k *kernel) readGate(rs *ruleset) (map[string][]nftables.SetElement, error)
 	}
 	for _, s := range rs.gate.sets() {
 		if err := read("", s); err != nil {
-			return nil, err
+			return nil, egressState{}, err
 		}
 	}
 	for _, s := range []*nftables.Set{rs.gate.arpOwned, rs.gate.arpHeld} {
 		if err := read("arp/", s); err != nil {
-			return nil, err
+			return nil, egressState{}, err
 		}
 	}
-	return out, nil
+	est, err := k.readEgress(out)
+	if err != nil {
+		return nil, egressState{}, err
+	}
+	return out, est, nil
 }
 
 // arpCurrent reports whether the arp table is as this code writes it.
@@ -250,9 +268,15 @@ func (k *kernel) refreshGateOnce(adm pass) error {
 	if exists, err := k.tableExists(); err != nil || !exists {
 		return err
 	}
-	have, err := k.readGate(rs)
+	have, est, err := k.readGate(rs)
 	if err != nil {
 		return err
+	}
+	// The egress table is refreshed as it is; an Apply replaces it when
+	// the uplinks changed or it is not as this code writes it.
+	var eg *egressGate
+	if est.current {
+		eg = buildEgress(k.opts.TableName, k.egress.hook, est.devices)
 	}
 	var addrs []netip.Addr
 	for _, name := range []string{"owned4", "owned6"} {
@@ -266,7 +290,7 @@ func (k *kernel) refreshGateOnce(adm pass) error {
 		return nil
 	}
 	b := k.batch()
-	if err := k.writeGate(b, rs, addrs, have); err != nil {
+	if err := k.writeGate(b, rs, eg, est, addrs, have); err != nil {
 		return err
 	}
 	if err := adm.add(b.Flush); err != nil {
@@ -279,6 +303,7 @@ func (k *kernel) refreshGateOnce(adm pass) error {
 // batch, before anything else of a flush. Never gated (it only silences).
 func (k *kernel) closeGate() error {
 	rs := k.ruleset()
+	egress := buildEgress(k.opts.TableName, k.egress.hook, nil)
 	var errs []error
 	for _, c := range []struct {
 		family nftables.TableFamily
@@ -286,6 +311,7 @@ func (k *kernel) closeGate() error {
 	}{
 		{nftables.TableFamilyINet, []*nftables.Set{rs.gate.held[familyIPv4.name], rs.gate.held[familyIPv6.name]}},
 		{nftables.TableFamilyARP, []*nftables.Set{rs.gate.arpHeld}},
+		{nftables.TableFamilyNetdev, []*nftables.Set{egress.held[familyIPv4.name], egress.held[familyIPv6.name]}},
 	} {
 		tables, err := k.nft.ListTablesOfFamily(c.family)
 		if err != nil {

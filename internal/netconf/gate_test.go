@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // quickDial tries a connection from n to addr with a short timeout:
@@ -108,4 +110,150 @@ func TestHoldGatePastDeadlineHoldsNothing(t *testing.T) {
 	serve(t, topo.pod, port(podV4, 8080), false)
 	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed())
 	g.Expect(neighbour(topo.client, staticV4)).To(gomega.BeNil())
+}
+
+// listenUDP receives datagrams on addr in n and sends each one's source
+// on the channel, until the test ends (at most 100 datagrams).
+func listenUDP(t *testing.T, n *testNS, addr netip.AddrPort) <-chan netip.Addr {
+	t.Helper()
+	var c *net.UDPConn
+	if err := n.do(func() error {
+		var err error
+		c, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(addr))
+		return err
+	}); err != nil {
+		t.Fatalf("%s: listen on %s: %v", n.name, addr, err)
+	}
+	from := make(chan netip.Addr, 100)
+	done := make(chan struct{})
+	t.Cleanup(func() { _ = c.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for range cap(from) {
+			_, src, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			from <- src.Addr().Unmap()
+		}
+	}()
+	return from
+}
+
+// sendUDP sends one datagram from n to addr.
+func sendUDP(t *testing.T, n *testNS, addr netip.AddrPort) {
+	t.Helper()
+	if err := n.do(func() error {
+		c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("kubext"))
+		return err
+	}); err != nil {
+		t.Fatalf("%s: send to %s: %v", n.name, addr, err)
+	}
+}
+
+// neighbourState is n's neighbour-table state for ip on eth0 (0: none).
+func neighbourState(t *testing.T, n *testNS, ip netip.Addr) int {
+	t.Helper()
+	neighs, err := n.nl.NeighList(eth0Of(t, n).Attrs().Index, unix.AF_INET)
+	if err != nil {
+		t.Fatalf("%s: %v", n.name, err)
+	}
+	for _, nb := range neighs {
+		if a, ok := netip.AddrFromSlice(nb.IP); ok && a.Unmap() == ip {
+			return nb.State
+		}
+	}
+	return 0
+}
+
+// The hold gate's queued-frames gap, closed by the egress gate: the
+// node's uplink loses its carrier, the pod sends a datagram while the
+// hold is valid (it passes the inet table's check, is translated to the
+// static address, and waits in the neighbour table's queue for the
+// link-layer address of its destination), the hold's deadline passes,
+// the link comes back and the destination talks to the node, which
+// learns its address and flushes the queue. Without the egress gate the datagram
+// leaves as the address after the deadline — a revived node speaking
+// for an address another node may hold by now; with it, nothing does.
+// The first case is the kernel refusing the egress hook (as one older
+// than 5.16 does), which also shows the rest of the gate working without
+// it; if a kernel stopped queueing such frames, that case would fail and
+// say the second proves nothing.
+func TestHoldGateDropsFramesQueuedBeforeItsDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		refuse       bool
+		leavesAsAddr bool
+	}{
+		{name: "kernel refuses the egress hook", refuse: true, leavesAsAddr: true},
+		{name: "egress gate", leavesAsAddr: false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topo := newTopology(t)
+			g := gomega.NewWithT(t)
+			var deadline atomic.Int64
+			hold := func(d time.Duration) { deadline.Store(time.Now().Add(d).UnixNano()) }
+			hold(time.Hour)
+			d := newDataplane(t, topo, func(o *Options) {
+				o.AddressLifetime = 30 * time.Second
+				o.GateDeadline = func() time.Time { return time.Unix(0, deadline.Load()) }
+			})
+			if c.refuse {
+				// A netdev hook number the kernel's filter chains do not
+				// have: refused with EOPNOTSUPP, as egress is by a kernel
+				// without it.
+				for _, k := range []*kernel{d.kernel, d.refresher, d.fencer} {
+					k.egress.hook = nftables.ChainHookRef(5)
+				}
+			}
+			apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
+			g.Expect(d.kernel.egress.refused.Load()).To(gomega.Equal(c.refuse))
+			from := listenUDP(t, topo.client, port(farV4, 8082))
+			sendUDP(t, topo.pod, port(farV4, 8082))
+			g.Eventually(from).WithTimeout(3*time.Second).Should(gomega.Receive(gomega.Equal(staticV4)), "the pod's datagram, while held")
+
+			// The node's link loses its carrier (the client's end goes
+			// down), which empties its neighbour table.
+			clientEth := eth0Of(t, topo.client)
+			g.Expect(topo.client.nl.LinkSetDown(clientEth)).To(gomega.Succeed())
+			g.Eventually(func() uint32 { return eth0Of(t, topo.node).Attrs().RawFlags & unix.IFF_LOWER_UP }).
+				WithTimeout(2 * time.Second).WithPolling(10 * time.Millisecond).Should(gomega.BeZero())
+			g.Eventually(func() int { return neighbourState(t, topo.node, farV4) }).
+				WithTimeout(2 * time.Second).WithPolling(10 * time.Millisecond).Should(gomega.BeZero())
+
+			// A short hold; the datagram waits for the client's address.
+			hold(200 * time.Millisecond)
+			g.Expect(d.Refresh()).To(gomega.Succeed())
+			end := time.Unix(0, deadline.Load())
+			sendUDP(t, topo.pod, port(farV4, 8082))
+			g.Eventually(func() int { return neighbourState(t, topo.node, farV4) }).
+				WithTimeout(time.Second).WithPolling(5*time.Millisecond).Should(gomega.Equal(netlink.NUD_INCOMPLETE), "the datagram waits in the neighbour queue")
+			time.Sleep(time.Until(end.Add(20 * time.Millisecond)))
+
+			// The link comes back, and the client talks to the node.
+			g.Expect(topo.client.nl.LinkSetUp(clientEth)).To(gomega.Succeed())
+			g.Eventually(func() uint32 { return eth0Of(t, topo.node).Attrs().RawFlags & unix.IFF_LOWER_UP }).
+				WithTimeout(2 * time.Second).WithPolling(10 * time.Millisecond).ShouldNot(gomega.BeZero())
+			_, _, _ = dialFrom(topo.client, farV4, port(nodeV4, 9), false)
+			g.Expect(neighbourState(t, topo.node, farV4)&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED|netlink.NUD_NONE)).
+				To(gomega.BeZero(), "the node resolved the client (its queue flushed)")
+			if c.leavesAsAddr {
+				g.Eventually(from).WithTimeout(time.Second).Should(gomega.Receive(gomega.Equal(staticV4)),
+					"the queued datagram leaves after the deadline (the gap the egress gate closes)")
+				return
+			}
+			g.Consistently(from).WithTimeout(500*time.Millisecond).ShouldNot(gomega.Receive(), "a datagram as the address after the deadline")
+			// Held again, the pod speaks as the address at once.
+			hold(time.Hour)
+			g.Expect(d.Refresh()).To(gomega.Succeed())
+			sendUDP(t, topo.pod, port(farV4, 8082))
+			g.Eventually(from).WithTimeout(3 * time.Second).Should(gomega.Receive(gomega.Equal(staticV4)))
+		})
+	}
 }

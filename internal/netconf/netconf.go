@@ -255,6 +255,8 @@ type kernel struct {
 	// nor reports the address protocol (IFA_PROTO).
 	rt  map[int]*nl.SocketHandle
 	nft *nftables.Conn
+	// egress is shared by the Dataplane's kernels (egress.go).
+	egress *egressSupport
 }
 
 // New opens the network namespace and the netlink and nftables connections.
@@ -273,8 +275,9 @@ func New(opts Options) (*Dataplane, error) {
 		announcing:  map[netip.Addr]*announcement{},
 	}
 	d.bg, d.stopBG = context.WithCancel(context.Background())
+	egress := newEgressSupport()
 	for _, k := range []**kernel{&d.kernel, &d.refresher, &d.fencer} {
-		if *k, err = openKernel(opts, ns); err != nil {
+		if *k, err = openKernel(opts, ns, egress); err != nil {
 			d.closeHandles()
 			_ = ns.Close()
 			return nil, err
@@ -283,8 +286,8 @@ func New(opts Options) (*Dataplane, error) {
 	return d, nil
 }
 
-func openKernel(opts Options, ns netns.NsHandle) (*kernel, error) {
-	k := &kernel{opts: opts, log: opts.Log, ns: ns}
+func openKernel(opts Options, ns netns.NsHandle, egress *egressSupport) (*kernel, error) {
+	k := &kernel{opts: opts, log: opts.Log, ns: ns, egress: egress}
 	var err error
 	if k.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE, unix.NETLINK_NETFILTER); err != nil {
 		return nil, fmt.Errorf("netconf: netlink: %w", err)

@@ -337,6 +337,9 @@ func (k *kernel) writeNAT(adm pass, want natState) error {
 		// A held element may expire between the read and the batch that
 		// renews it: the batch fails as a whole, and is built again.
 		err := k.writeNATOnce(adm, want)
+		if k.egressRefused(err) {
+			continue // built again without the egress gate
+		}
 		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
 			return err
 		}
@@ -352,9 +355,14 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 		return k.deleteTable()
 	}
 	rs := k.ruleset()
+	links, err := k.links()
+	if err != nil {
+		return err
+	}
+	eg := k.egressFor(want, links)
 	if !current {
 		k.log.Info("writing nftables table", "table", rs.table.Name)
-		return adm.add(func() error { return k.rewriteTable(rs, want) })
+		return adm.add(func() error { return k.rewriteTable(rs, eg, want) })
 	}
 	b := k.batch()
 	changed := false
@@ -363,12 +371,13 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 		return err
 	}
 	haveElems, wantElems := have.elements(0), want.elements(lifetime)
-	if k.opts.GateDeadline != nil || !slices.Equal(have.addresses(), want.addresses()) {
-		gate, err := k.readGate(rs)
-		if err != nil {
-			return err
-		}
-		if err := k.writeGate(b, rs, want.addresses(), gate); err != nil {
+	gate, est, err := k.readGate(rs)
+	if err != nil {
+		return err
+	}
+	egressAsWanted := eg == nil || est.current && slices.Equal(est.devices, eg.devices())
+	if k.opts.GateDeadline != nil || !egressAsWanted || !slices.Equal(have.addresses(), want.addresses()) {
+		if err := k.writeGate(b, rs, eg, est, want.addresses(), gate); err != nil {
 			return err
 		}
 		changed = true
@@ -422,7 +431,7 @@ func diffElements(have, want []nftables.SetElement) (del, add []nftables.SetElem
 
 // rewriteTable replaces the table atomically: add (a no-op when it
 // exists), delete, and create it again with its content, in one batch.
-func (k *kernel) rewriteTable(rs *ruleset, want natState) error {
+func (k *kernel) rewriteTable(rs *ruleset, eg *egressGate, want natState) error {
 	b := k.batch()
 	b.AddTable(rs.table)
 	b.DelTable(rs.table)
@@ -462,6 +471,11 @@ func (k *kernel) rewriteTable(rs *ruleset, want natState) error {
 	}
 	b.AddChain(g.arpChain)
 	b.AddRule(g.arpRule)
+	if eg != nil {
+		if err := addEgressTable(b, eg, owned, held); err != nil {
+			return err
+		}
+	}
 	if err := b.Flush(); err != nil {
 		return fmt.Errorf("write nftables table %s: %w", rs.table.Name, err)
 	}
@@ -544,6 +558,7 @@ func (k *kernel) deleteTable() error {
 	for _, t := range []*nftables.Table{
 		{Name: k.opts.TableName, Family: nftables.TableFamilyINet},
 		{Name: k.opts.TableName, Family: nftables.TableFamilyARP},
+		{Name: k.opts.TableName, Family: nftables.TableFamilyNetdev},
 	} {
 		tables, err := k.nft.ListTablesOfFamily(t.Family)
 		if err != nil {

@@ -79,6 +79,46 @@ func TestBuildRuleset(t *testing.T) {
 	g.Expect(exclude4.Exprs[5]).To(gomega.Equal(&expr.Verdict{Kind: expr.VerdictReturn}))
 }
 
+// The egress gate: one chain per uplink the SNAT maps lead out of, on
+// the netdev egress hook of that device, each with the three drops
+// keyed on the frame's ethertype.
+func TestBuildEgress(t *testing.T) {
+	g := gomega.NewWithT(t)
+	links := newLinkSet(linkInfo{Index: 2, Name: "eth0"}, linkInfo{Index: 3, Name: "bond0"}, linkInfo{Index: 4, Name: "eth1"})
+	n := newNATState()
+	pod := netip.MustParseAddr("10.1.0.5")
+	n.snat[snatKey{Pod: pod, Link: 3}] = netip.MustParseAddr("192.0.2.10")
+	n.snat[snatKey{Pod: pod, Link: 2}] = netip.MustParseAddr("192.0.2.11")
+	n.snat[snatKey{Pod: netip.MustParseAddr("10.1.0.6"), Link: 2}] = netip.MustParseAddr("192.0.2.12")
+	n.snat[snatKey{Pod: pod, Link: 9}] = netip.MustParseAddr("192.0.2.13") // an interface that is gone
+	devices := uplinks(n, links)
+	g.Expect(devices).To(gomega.Equal([]string{"bond0", "eth0"}))
+
+	e := buildEgress("kubext", nftables.ChainHookEgress, devices)
+	g.Expect(e.table).To(gomega.Equal(&nftables.Table{Name: "kubext", Family: nftables.TableFamilyNetdev}))
+	g.Expect(e.devices()).To(gomega.Equal(devices))
+	for _, c := range e.chains {
+		g.Expect(c.Name).To(gomega.Equal("egress-" + c.Device))
+		g.Expect(*c.Hooknum).To(gomega.BeEquivalentTo(unix.NF_NETDEV_EGRESS))
+		g.Expect(*c.Priority).To(gomega.BeEquivalentTo(0))
+		var comments []string
+		for _, r := range e.rules {
+			if r.Chain == c {
+				comments = append(comments, ruleComments([]*nftables.Rule{r})...)
+			}
+		}
+		g.Expect(comments).To(gomega.Equal([]string{"kubext v2: egress ipv4", "kubext v2: egress ipv6", "kubext v2: egress arp"}))
+	}
+	arp := e.rules[2]
+	g.Expect(arp.Exprs[:2]).To(gomega.Equal([]expr.Any{
+		&expr.Meta{Key: expr.MetaKeyPROTOCOL, Register: regValue},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: regValue, Data: []byte{0x08, 0x06}},
+	}))
+	g.Expect(arp.Exprs[2]).To(gomega.Equal(&expr.Payload{OperationType: expr.PayloadLoad, DestRegister: regValue, Base: expr.PayloadBaseNetworkHeader, Offset: 14, Len: 4}))
+	g.Expect(arp.Exprs[4]).To(gomega.Equal(&expr.Lookup{SourceRegister: regValue, SetName: "held4", SetID: e.held["ipv4"].ID, Invert: true}))
+	g.Expect(buildEgress("kubext", nftables.ChainHookEgress, nil).chains).To(gomega.BeEmpty())
+}
+
 func TestMapElementsRoundTrip(t *testing.T) {
 	g := gomega.NewWithT(t)
 	in := newNATState()

@@ -37,6 +37,7 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/staticip"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 // The detector itself: two nodes holding an address are seen both ways
@@ -644,9 +645,8 @@ func pinned(dep *appsv1.Deployment, node string) *appsv1.Deployment {
 // cordon marks the node unschedulable until the test ends.
 func cordon(t *testing.T, g Gomega, c client.Client, node string) {
 	set := func(unschedulable bool) error {
-		patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable)
 		return c.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
-			client.RawPatch(types.MergePatchType, []byte(patch)))
+			testenv.MergePatch(fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, unschedulable)))
 	}
 	g.Expect(set(true)).To(Succeed(), "cordon %s", node)
 	t.Cleanup(func() {

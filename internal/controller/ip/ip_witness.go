@@ -222,7 +222,7 @@ func (r *Reconciler) nameLateWitnesses(ctx context.Context, ip *ipv1.IP, pool *i
 // none, the agent holds on its Lease, as in Lease failover.
 func (r *Reconciler) witnessesFor(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, target, previous string, h ipam.Holding) []string {
 	chosen, passed := r.chooseWitnesses(ctx, ip, pool, target, previous, h)
-	if target != "" && len(chosen) < maxWitnesses && len(passed) > 0 {
+	if len(chosen) < maxWitnesses && len(passed) > 0 {
 		ctrl.LoggerFrom(ctx).Info("Fewer witnesses than wanted", "ip", ip.Name, "node", target, "witnesses", chosen, "passedOver", passed)
 	}
 	return chosen
