@@ -175,16 +175,15 @@ func intruderScenario(ctx context.Context, d *demo, c client.Client, ip *ipv1.IP
 // word once they vouch for it, a moment after the IP is Ready; the freeze
 // waits for that, and what the partner saw during it is checked, not
 // assumed. A hold that got no witnesses (none was eligible when it was
-// placed) gets them named within seconds of one becoming eligible; one
-// still on the Lease after 20 s is said plainly, with what that costs.
+// placed) gets them named within seconds of one becoming eligible, so a
+// hold still on the Lease after 30 s fails the demo: the freeze would
+// silence it.
 func stallScenario(ctx context.Context, d *demo, c client.Client, name string, addr netip.Addr, holder string) error {
-	ip, err := staticip.WaitIP(ctx, c, name, 20*time.Second, func(ip *ipv1.IP) bool { return ip.Status.AttachedGeneration > 0 })
-	onWitnesses := err == nil
-	if onWitnesses {
-		say("%s is now held on its witnesses' word (%v, generation %d), not on the holder's Lease", name, ip.Status.Witnesses, ip.Status.AttachedGeneration)
-	} else {
-		say("NOTE: %s is still held on the holder's heartbeat Lease after 20 s (%v): the holder will go dark about 1.5 s into the freeze, as with Lease failover", name, err)
+	ip, err := staticip.WaitIP(ctx, c, name, 30*time.Second, func(ip *ipv1.IP) bool { return ip.Status.AttachedGeneration > 0 })
+	if err != nil {
+		return fmt.Errorf("%s is still held on the holder's heartbeat Lease after 30 s, so a frozen API server would silence it: %w", name, err)
 	}
+	say("%s is now held on its witnesses' word (%v, generation %d), not on the holder's Lease", name, ip.Status.Witnesses, ip.Status.AttachedGeneration)
 	say("Freezing kube-apiserver for 5 s (SIGSTOP) while the partner asks every 100 ms ...")
 	resume, err := d.lab.PauseComponent(lab.ComponentAPIServer, 15*time.Second)
 	if err != nil {
@@ -206,8 +205,6 @@ func stallScenario(ctx context.Context, d *demo, c client.Client, name string, a
 	}
 	say("API server frozen 5 s: %d of %d asks answered by %q, longest silence %s", answered, asked, holder, longest.Round(10*time.Millisecond))
 	switch {
-	case !onWitnesses:
-		say("(held on the Lease: the holder fenced itself when it could not renew it)")
 	case longest > 1500*time.Millisecond:
 		// An ask lost now and then on a loaded machine is not an outage;
 		// the Lease's fence (1.5 s without the API server) would be one.
