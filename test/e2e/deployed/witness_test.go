@@ -1,12 +1,18 @@
 package deployed
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,7 +26,10 @@ import (
 // Witness failover as installed: the manager has made the agents' key, the
 // agents mount it and reach each other on the node network, the admission
 // policy lets an agent record its generation, and the partner reaches the
-// holder at the address held on its witnesses' word.
+// holder at the address held on its witnesses' word. The agent, with its
+// deployed privileges, has installed the whole hold gate on the holder's
+// node, the egress gate included (a refused egress hook would only be a
+// log line).
 func TestDeployedWitnessHold(t *testing.T) {
 	needRoot(t)
 	g := NewWithT(t)
@@ -48,15 +57,52 @@ func TestDeployedWitnessHold(t *testing.T) {
 		_ = c.Delete(ctx, ip)
 		_ = c.Delete(ctx, pool)
 	})
-	var holder string
+	var holder, node string
 	g.Eventually(func(g Gomega) {
 		got := &ipv1.IP{}
 		g.Expect(c.Get(ctx, client.ObjectKey{Name: "witnessed"}, got)).To(Succeed())
 		g.Expect(staticip.Ready(got)).To(BeTrue(), "IP not Ready: %v", got.Status.Conditions)
 		g.Expect(got.Status.Witnesses).NotTo(BeEmpty())
 		g.Expect(got.Status.AttachedGeneration).To(BeNumerically(">", 0), "held on the Lease, not on the witnesses")
-		holder = staticip.PodName(got.Status.Pod)
+		holder, node = staticip.PodName(got.Status.Pod), got.Status.AttachedNode
 	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
 	g.Eventually(func() (string, error) { return staticip.AskFrom(theLab.Net.ClientNamespace(), addr, time.Second) },
 		30*time.Second, 100*time.Millisecond).Should(Equal(holder))
+	g.Eventually(func() ([]string, error) { return egressGate(node, addr) }, 10*time.Second, 100*time.Millisecond).
+		ShouldNot(BeEmpty(), "the egress gate on %s", node)
+}
+
+// egressGate returns the uplinks whose egress chain of table netdev kubext
+// runs on node, if that table holds addr (none otherwise).
+func egressGate(node string, addr netip.Addr) ([]string, error) {
+	ns, err := netns.GetFromName(theLab.Net.NodeNamespace(node))
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(ns)))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.CloseLasting() }()
+	table := &nftables.Table{Name: "kubext", Family: nftables.TableFamilyNetdev}
+	held, err := c.GetSetByName(table, "held4")
+	if err != nil {
+		return nil, fmt.Errorf("netdev kubext on %s: %w", node, err)
+	}
+	elems, err := c.GetSetElements(held)
+	if err != nil || !slices.ContainsFunc(elems, func(e nftables.SetElement) bool { return bytes.Equal(e.Key, addr.AsSlice()) }) {
+		return nil, err
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
+	if err != nil {
+		return nil, err
+	}
+	var uplinks []string
+	for _, ch := range chains {
+		if uplink, ok := strings.CutPrefix(ch.Name, "egress-"); ok && ch.Table.Name == table.Name && ch.Hooknum != nil && *ch.Hooknum == *nftables.ChainHookEgress {
+			uplinks = append(uplinks, uplink)
+		}
+	}
+	return uplinks, nil
 }
