@@ -85,8 +85,11 @@
 // nf_tables with NAT in the inet family (Linux 5.2 or later; nft_nat,
 // nft_ct, nf_nat, nf_conntrack), nf_conntrack_netlink to delete flows,
 // policy routing (IP_MULTIPLE_TABLES, IPV6_MULTIPLE_TABLES), packet sockets
-// (AF_PACKET) for gratuitous ARP, and IFA_PROTO (Linux 5.18) for IPv6
-// address ownership. The caller needs CAP_NET_ADMIN and CAP_NET_RAW in the
+// (AF_PACKET) for gratuitous ARP, IFA_PROTO (Linux 5.18) for IPv6
+// address ownership, and the netdev egress hook (Linux 5.16,
+// CONFIG_NETFILTER_EGRESS) for the hold gate's egress check (egress.go;
+// without it the rest of the gate works and the log says what is
+// missing). The caller needs CAP_NET_ADMIN and CAP_NET_RAW in the
 // namespace, and CAP_SYS_ADMIN to enter another one (Options.NetNSPath).
 //
 // The NAT chains run just before kube-proxy's and most CNIs' NAT chains
