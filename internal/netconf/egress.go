@@ -179,7 +179,7 @@ func (k *kernel) readEgress(elems map[string][]nftables.SetElement) (egressState
 		if err != nil {
 			return egressState{}, fmt.Errorf("list netdev rules: %w", err)
 		}
-		if !slices.Equal(ruleComments(rules), ruleComments(slices.DeleteFunc(slices.Clone(want.rules), func(r *nftables.Rule) bool { return r.Chain != c }))) {
+		if !slices.Equal(ruleComments(rules), want.comments(c)) {
 			return egressState{}, nil
 		}
 	}
@@ -203,6 +203,17 @@ func (k *kernel) readEgress(elems map[string][]nftables.SetElement) (egressState
 	}
 	st.current = true
 	return st, nil
+}
+
+// comments are the comments of c's rules, in order.
+func (e *egressGate) comments(c *nftables.Chain) []string {
+	var out []string
+	for _, r := range e.rules {
+		if r.Chain == c {
+			out = append(out, ruleComments([]*nftables.Rule{r})...)
+		}
+	}
+	return out
 }
 
 func ruleComments(rules []*nftables.Rule) []string {

@@ -101,13 +101,7 @@ func TestBuildEgress(t *testing.T) {
 		g.Expect(c.Name).To(gomega.Equal("egress-" + c.Device))
 		g.Expect(*c.Hooknum).To(gomega.BeEquivalentTo(unix.NF_NETDEV_EGRESS))
 		g.Expect(*c.Priority).To(gomega.BeEquivalentTo(0))
-		var comments []string
-		for _, r := range e.rules {
-			if r.Chain == c {
-				comments = append(comments, ruleComments([]*nftables.Rule{r})...)
-			}
-		}
-		g.Expect(comments).To(gomega.Equal([]string{"kubext v2: egress ipv4", "kubext v2: egress ipv6", "kubext v2: egress arp"}))
+		g.Expect(e.comments(c)).To(gomega.Equal([]string{"kubext v2: egress ipv4", "kubext v2: egress ipv6", "kubext v2: egress arp"}))
 	}
 	arp := e.rules[2]
 	g.Expect(arp.Exprs[:2]).To(gomega.Equal([]expr.Any{
