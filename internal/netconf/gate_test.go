@@ -38,6 +38,20 @@ func forget(t *testing.T, n *testNS, ip netip.Addr) {
 	_ = n.nl.NeighDel(&netlink.Neigh{LinkIndex: l.Attrs().Index, IP: ip.AsSlice()})
 }
 
+// gatedDataplane is a Dataplane whose hold gate's deadline the test
+// sets with hold (an hour from now to begin with); deadline reads it.
+func gatedDataplane(t *testing.T, topo *topology) (d *Dataplane, hold func(time.Duration), deadline func() time.Time) {
+	var at atomic.Int64
+	hold = func(d time.Duration) { at.Store(time.Now().Add(d).UnixNano()) }
+	deadline = func() time.Time { return time.Unix(0, at.Load()) }
+	hold(time.Hour)
+	d = newDataplane(t, topo, func(o *Options) {
+		o.AddressLifetime = 30 * time.Second
+		o.GateDeadline = deadline
+	})
+	return d, hold, deadline
+}
+
 // The hold gate: while the deadline is ahead the address answers both
 // ways; once it has passed with no refresh (a frozen agent), nothing
 // answers for it within milliseconds — no ARP reply, no connection, no
@@ -47,13 +61,7 @@ func forget(t *testing.T, n *testNS, ip netip.Addr) {
 func TestHoldGateSilencesAtItsDeadline(t *testing.T) {
 	topo := newTopology(t)
 	g := gomega.NewWithT(t)
-	var deadline atomic.Int64
-	hold := func(d time.Duration) { deadline.Store(time.Now().Add(d).UnixNano()) }
-	hold(time.Hour)
-	d := newDataplane(t, topo, func(o *Options) {
-		o.AddressLifetime = 30 * time.Second
-		o.GateDeadline = func() time.Time { return time.Unix(0, deadline.Load()) }
-	})
+	d, hold, deadline := gatedDataplane(t, topo)
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	serve(t, topo.pod, port(podV4, 8080), false)
 	serve(t, topo.client, port(farV4, 8081), false)
@@ -63,7 +71,7 @@ func TestHoldGateSilencesAtItsDeadline(t *testing.T) {
 	// A short hold, and nobody refreshes it.
 	hold(300 * time.Millisecond)
 	g.Expect(d.Refresh()).To(gomega.Succeed())
-	end := time.Unix(0, deadline.Load())
+	end := deadline()
 	g.Expect(quickDial(topo.client, port(staticV4, 8080))).To(gomega.Succeed(), "before the deadline")
 	time.Sleep(time.Until(end.Add(20 * time.Millisecond)))
 	// The address is still there: the gate, not the lifetime, silences it.
@@ -197,20 +205,12 @@ func TestHoldGateDropsFramesQueuedBeforeItsDeadline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			topo := newTopology(t)
 			g := gomega.NewWithT(t)
-			var deadline atomic.Int64
-			hold := func(d time.Duration) { deadline.Store(time.Now().Add(d).UnixNano()) }
-			hold(time.Hour)
-			d := newDataplane(t, topo, func(o *Options) {
-				o.AddressLifetime = 30 * time.Second
-				o.GateDeadline = func() time.Time { return time.Unix(0, deadline.Load()) }
-			})
+			d, hold, deadline := gatedDataplane(t, topo)
 			if c.refuse {
 				// A netdev hook number the kernel's filter chains do not
 				// have: refused with EOPNOTSUPP, as egress is by a kernel
-				// without it.
-				for _, k := range []*kernel{d.kernel, d.refresher, d.fencer} {
-					k.egress.hook = nftables.ChainHookRef(5)
-				}
+				// without it (the Dataplane's kernels share the setting).
+				d.egress.hook = nftables.ChainHookRef(5)
 			}
 			apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 			g.Expect(d.kernel.egress.refused.Load()).To(gomega.Equal(c.refuse))
@@ -230,7 +230,7 @@ func TestHoldGateDropsFramesQueuedBeforeItsDeadline(t *testing.T) {
 			// A short hold; the datagram waits for the client's address.
 			hold(200 * time.Millisecond)
 			g.Expect(d.Refresh()).To(gomega.Succeed())
-			end := time.Unix(0, deadline.Load())
+			end := deadline()
 			sendUDP(t, topo.pod, port(farV4, 8082))
 			g.Eventually(func() int { return neighbourState(t, topo.node, farV4) }).
 				WithTimeout(time.Second).WithPolling(5*time.Millisecond).Should(gomega.Equal(netlink.NUD_INCOMPLETE), "the datagram waits in the neighbour queue")
