@@ -202,14 +202,26 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue {
 			r.attached(ip)
 		}
+		// The message does not name the hold's rule (Lease or witnesses):
+		// it changes when the witnesses vouch, after Ready, and each change
+		// would cost a status write per IP. status.attachedGeneration
+		// says it, and kubectl-kubext shows it ("Held on").
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionTrue,
-			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s%s", target, ip.Status.Address, pod, holdRule(ip))})
+			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s", target, ip.Status.Address, pod)})
+	case ip.Status.AttachedNode == target && waitingFor(ip, target):
+		// The agent took the address (its claim comes before it sees the
+		// holder pod) but has not confirmed: Attached stays False with
+		// the same "waiting for the agent" it already says, still true.
+		// Writing Programming here would be a status write per IP that
+		// tells a reader nothing Attached=False does not; a hold that was
+		// confirmed and is repointed at another pod (the case below) does
+		// change Attached and is written.
 	case ip.Status.AttachedNode == target:
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonProgramming, Message: fmt.Sprintf("the agent on %s is programming %s for %s", target, ip.Status.Address, pod)})
 	default:
 		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
-			Reason: ipv1.ReasonWaitingForAgent, Message: fmt.Sprintf("waiting for the agent on %s to attach %s", target, ip.Status.Address)})
+			Reason: ipv1.ReasonWaitingForAgent, Message: waitingMessage(ip, target)})
 	}
 	return true, ec2, nil
 }
@@ -430,16 +442,15 @@ func (f *stopwatch) done(ip string) (time.Time, bool) {
 	return t, ok
 }
 
-// holdRule says, for the Attached condition, what keeps a Witness-failover
-// hold: its witnesses, or the Lease when they did not vouch in time.
-func holdRule(ip *ipv1.IP) string {
-	switch {
-	case len(ip.Status.Witnesses) == 0:
-		return ""
-	case ip.Status.AttachedGeneration == 0:
-		return fmt.Sprintf(", on its heartbeat Lease: its witnesses (%s) have not vouched for it (%s)",
-			strings.Join(ip.Status.Witnesses, ", "), ipv1.ReasonWitnessesUnreachable)
-	default:
-		return fmt.Sprintf(", on the word of its witnesses (%s)", strings.Join(ip.Status.Witnesses, ", "))
-	}
+// waitingFor reports whether the IP's Attached condition already says, for
+// its current generation, that it waits for the agent on node to attach
+// its address.
+func waitingFor(ip *ipv1.IP, node string) bool {
+	c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ipv1.ReasonWaitingForAgent &&
+		c.ObservedGeneration == ip.Generation && c.Message == waitingMessage(ip, node)
+}
+
+func waitingMessage(ip *ipv1.IP, node string) string {
+	return fmt.Sprintf("waiting for the agent on %s to attach %s", node, ip.Status.Address)
 }
