@@ -88,6 +88,7 @@ func index(t *testing.T, what string, objs []*unstructured.Unstructured) map[str
 var clusterScoped = map[string]bool{
 	"ClusterRole": true, "ClusterRoleBinding": true, "CustomResourceDefinition": true, "Namespace": true,
 	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
 	"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
 }
 
@@ -137,7 +138,7 @@ func normalize(o *unstructured.Unstructured) map[string]any {
 		return map[string]any{"rules": ruleAtoms(obj["rules"]), "aggregation": aggregation(o.GetLabels())}
 	case "ClusterRoleBinding", "RoleBinding":
 		return map[string]any{"roleRef": obj["roleRef"], "subjects": sortedJSON(obj["subjects"])}
-	case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+	case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
 		// kustomize re-emits the policies' folded CEL scalars with extra
 		// line breaks; whitespace is insignificant in CEL.
 		return map[string]any{"spec": squeezeSpace(obj["spec"])}

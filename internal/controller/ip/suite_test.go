@@ -30,6 +30,8 @@ var (
 	// awsOtherSubnet is a second subnet of the nodes' VPC.
 	awsOtherSubnet string
 	reconciler     *Reconciler
+	// managerWrites are the IP controller's writes, by object name.
+	managerWrites = &testenv.WriteLog{}
 )
 
 const awsPublicPool = "ipv4pool-ec2-0123456789abcdef0"
@@ -57,7 +59,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: heartbeatNS}}); err != nil {
 			return err
 		}
-		reconciler = &Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-controller"),
+		reconciler = &Reconciler{Client: testenv.RecordWrites(mgr.GetClient(), managerWrites.Record), Recorder: mgr.GetEventRecorder("ip-controller"),
 			Health: heartbeat.NewTracker(ipv1.AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
 			AWS: awsprov.NewWithEC2(ec2d, awsprov.Options{})}
 		if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
@@ -65,5 +67,12 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		}
 		return (&ippool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool"), AWS: true}).SetupWithManager(mgr)
 	}, ipv1.AddToScheme)
-	return err
+	if err != nil {
+		return err
+	}
+	// The IP finalizer policy, as `make deploy` installs it.
+	if err := env.Apply(ctx, "config/policy/ip-finalizer.yaml"); err != nil {
+		return err
+	}
+	return testenv.WaitIPFinalizerPolicy(ctx, k8s)
 }

@@ -53,6 +53,7 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/testenv"
 )
 
 const (
@@ -76,6 +77,7 @@ type options struct {
 	timeout, steady time.Duration
 	manager         string
 	profile         time.Duration
+	finalizerPolicy bool
 }
 
 func main() {
@@ -88,6 +90,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	flag.DurationVar(&o.steady, "steady", 20*time.Second, "window over which steady-state writes are counted")
 	flag.StringVar(&o.manager, "manager", "", "manager binary (default bin/manager; to compare builds)")
+	flag.BoolVar(&o.finalizerPolicy, "finalizer-policy", true, "install the IP finalizer policy (config/policy/ip-finalizer.yaml) as deployed; false: the manager adds every IP's finalizer itself")
 	flag.DurationVar(&o.profile, "profile", 30*time.Second, "how long a CPU profile of the manager is taken from its start (kept beside its log; 0: none)")
 	flag.Parse()
 	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 {
@@ -192,6 +195,18 @@ func run(o options) (err error) {
 		return err
 	}
 	fmt.Printf("floor: %d IPAddress creates + %d status patches at QPS %.0f/%d: %.1f s\n", o.ips, o.ips, o.qps, o.burst, floor.Seconds())
+
+	// The finalizer policy, as deployed, after the floor: the floor's IPs
+	// are deleted with nobody to remove a finalizer.
+	if o.finalizerPolicy {
+		if _, err := l.Kubectl(ctx, "apply", "--server-side", "-f", filepath.Join(root, "config", "policy", "ip-finalizer.yaml")); err != nil {
+			return err
+		}
+		if err := testenv.WaitIPFinalizerPolicy(ctx, c); err != nil {
+			return err
+		}
+		fmt.Println("IP finalizer policy installed")
+	}
 
 	// The pool, the IPs and their pods, before anything of kubext runs.
 	t0 = time.Now()
