@@ -17,12 +17,15 @@
 //     routing of that pod), as read back from the kernel, the agent sets
 //     status.attachedPod to status.pod. When status.pod changes on the same
 //     node, attachedPod is cleared before the kernel is repointed. When the
-//     kernel no longer has all of it, attachedPod is cleared.
+//     kernel no longer has all of it, attachedPod is cleared. The
+//     confirmation carries the Attached and Ready conditions that follow
+//     from it (internal/ipcond), where the IP is allocated and not of an
+//     aws pool.
 //  3. Release. When status.node no longer names this node (or the IP is
 //     being deleted, its holder is gone, or the Lease is not held), the
 //     agent removes the address from the kernel, and clears attachedNode
 //     and attachedPod together only once nothing of it is left.
-//  4. The agent writes no other field.
+//  4. The agent writes no other field, and those conditions only then.
 //
 // When it loses its Lease it removes everything at once (fencing), without
 // waiting for programming under way, because by the time the controller
@@ -36,6 +39,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/netconf"
 )
 
@@ -121,6 +126,9 @@ type Reconciler struct {
 	// fellBack are the IPs, by UID, that this run holds on its Lease
 	// because their witnesses did not vouch in time.
 	fellBack sync.Map
+	// conditionsRefused is when (Unix ns) the admission policy last
+	// refused a confirmation's conditions (confirm); 0: never.
+	conditionsRefused atomic.Int64
 }
 
 // Reconcile converges the node.
@@ -317,8 +325,41 @@ func podAddr(pod *corev1.Pod, v4 bool) (netip.Addr, error) {
 // version read: if the controller changed the IP meanwhile, nothing is
 // written and the next reconcile reads it again. ip is updated on success.
 func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod string, gen int64) (bool, error) {
+	return r.writeStatus(ctx, ip, node, pod, gen, false)
+}
+
+// conditionsRetry is how long the agent reports without the Attached and
+// Ready conditions after the admission policy refused them.
+const conditionsRetry = 10 * time.Minute
+
+// confirm is patchStatus for a confirmation: this node forwards ip to its
+// holder. Where it may (ipcond.AgentMayConfirm) it writes the Attached and
+// Ready conditions that follow in the same patch, as the manager would
+// have (the manager's write per IP that this saves is what bounds
+// convergence at scale). An admission policy that refuses them (one older
+// than this agent) gets the bare report, and none with conditions for
+// conditionsRetry: the manager writes them then, as before.
+func (r *Reconciler) confirm(ctx context.Context, ip *ipv1.IP, pod string, gen int64) error {
+	refused := r.conditionsRefused.Load()
+	if ipcond.AgentMayConfirm(ip, r.Node) && pod == ip.Status.Pod && (refused == 0 || time.Since(time.Unix(0, refused)) > conditionsRetry) {
+		_, err := r.writeStatus(ctx, ip, r.Node, pod, gen, true)
+		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("The admission policy refuses the agent's Attached and Ready conditions; reporting without them (the manager writes them)",
+			"ip", ip.Name, "error", err.Error())
+		r.conditionsRefused.Store(time.Now().UnixNano())
+	}
+	_, err := r.patchStatus(ctx, ip, r.Node, pod, gen)
+	return err
+}
+
+func (r *Reconciler) writeStatus(ctx context.Context, ip *ipv1.IP, node, pod string, gen int64, confirmed bool) (bool, error) {
 	changed := ip.DeepCopy()
 	changed.Status.AttachedNode, changed.Status.AttachedPod, changed.Status.AttachedGeneration = node, pod, gen
+	if confirmed {
+		ipcond.Confirm(changed)
+	}
 	err := r.Status().Patch(ctx, changed, client.MergeFromWithOptions(ip, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.poke()
@@ -327,7 +368,8 @@ func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	if err != nil {
 		return false, fmt.Errorf("reporting IP %s attached to node %q pod %q: %w", ip.Name, node, pod, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen)
+	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen,
+		"conditions", confirmed)
 	*ip = *changed
 	return true, nil
 }

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/gstruct"
 	"github.com/onsi/gomega/types"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -151,7 +154,6 @@ func testAgentPolicy(t *testing.T, in install) {
 			"pool":               func(s *ipv1.IPStatus) { s.Pool = "pool-b" },
 			"standbys":           func(s *ipv1.IPStatus) { s.Standbys = append(s.Standbys, "default/mine") },
 			"original":           func(s *ipv1.IPStatus) { s.Original.Address = "192.0.2.1" },
-			"conditions":         func(s *ipv1.IPStatus) { s.Conditions[0].Status = metav1.ConditionTrue },
 			"address":            func(s *ipv1.IPStatus) { s.Address = "192.0.2.1" },
 			"node":               func(s *ipv1.IPStatus) { s.Node = node2 },
 			"pod":                func(s *ipv1.IPStatus) { s.Pod = "default/mine" },
@@ -169,8 +171,6 @@ func testAgentPolicy(t *testing.T, in install) {
 					switch field {
 					case "original":
 						s.Original = nil
-					case "conditions":
-						s.Conditions = nil
 					case "standbys":
 						s.Standbys = nil
 					case "lastMoveTime":
@@ -182,6 +182,73 @@ func testAgentPolicy(t *testing.T, in install) {
 				g.Expect(status(ip.Name)).To(same(attached(placed, node1, "default/app")))
 			})
 		}
+	})
+
+	t.Run("conditions: Attached and Ready, only with its confirmation", func(t *testing.T) {
+		g := NewWithT(t)
+		const conditionsRefused = "may change status.conditions only when it confirms its own hold of an allocated IP"
+		allocated := *placed.DeepCopy()
+		allocated.Conditions = append(allocated.Conditions, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
+			Reason: ipv1.ReasonAddressAllocated, Message: "192.0.2.99 is reserved from pool pool-a", LastTransitionTime: now, ObservedGeneration: 1})
+		// confirmed sets attachedPod and the conditions as the agent does,
+		// then lets edit tamper with the result.
+		confirmed := func(edit func(*ipv1.IPStatus)) func(*ipv1.IPStatus) {
+			return func(s *ipv1.IPStatus) {
+				x := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Status: *s}
+				x.Status.AttachedPod = x.Status.Pod
+				ipcond.Confirm(x)
+				*s = x.Status
+				edit(s)
+			}
+		}
+		unchanged := func(*ipv1.IPStatus) {}
+		setCond := func(t, status, reason, msg string) func(*ipv1.IPStatus) {
+			return func(s *ipv1.IPStatus) {
+				meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionStatus(status), Reason: reason, Message: msg, ObservedGeneration: 1})
+			}
+		}
+		for what, change := range map[string]func(*ipv1.IPStatus){
+			"a Ready message of its own": confirmed(setCond(ipv1.ConditionReady, "True", ipv1.ReasonReady, "all good")),
+			"Attached for another pod":   confirmed(setCond(ipv1.ConditionAttached, "True", ipv1.ReasonAgentConfirmed, "the agent on node-1 answers for 192.0.2.99 and forwards it to default/mine")),
+			"Ready False":                confirmed(setCond(ipv1.ConditionReady, "False", ipv1.ReasonNodeLost, "192.0.2.99 answers on node node-1 for pod default/app")),
+			"Allocated as well":          confirmed(setCond(ipv1.ConditionAllocated, "False", ipv1.ReasonPoolExhausted, "none left")),
+			"the conditions alone": func(s *ipv1.IPStatus) {
+				confirmed(unchanged)(s)
+				s.AttachedPod = ""
+			},
+		} {
+			set(ip.Name, attached(allocated, node1, ""))
+			refused(g, patch(own, ip.Name, change), conditionsRefused)
+			g.Expect(status(ip.Name)).To(same(attached(allocated, node1, "")), what)
+		}
+		// Not allocated (no Allocated=True): Ready does not follow.
+		set(ip.Name, attached(placed, node1, ""))
+		refused(g, patch(own, ip.Name, confirmed(unchanged)), conditionsRefused)
+		// Once confirmed, the conditions stay as the manager writes them.
+		set(ip.Name, attached(allocated, node1, "default/app"))
+		refused(g, patch(own, ip.Name, confirmed(unchanged)), conditionsRefused)
+
+		// The agent's own confirmation (confirm, as report calls it), under
+		// its identity: admitted, with Attached and Ready True.
+		set(ip.Name, attached(allocated, node1, ""))
+		r := &Reconciler{Client: own, Node: node1}
+		cur := &ipv1.IP{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip.Name}, cur)).To(Succeed())
+		g.Expect(r.confirm(ctx, cur, "default/app", 0)).To(Succeed())
+		g.Expect(r.conditionsRefused.Load()).To(BeZero(), "the policy admitted the conditions")
+		got := status(ip.Name)
+		g.Expect(got.AttachedPod).To(Equal("default/app"))
+		g.Expect(meta.IsStatusConditionTrue(got.Conditions, ipv1.ConditionAttached)).To(BeTrue())
+		g.Expect(meta.FindStatusCondition(got.Conditions, ipv1.ConditionReady)).To(gstruct.PointTo(gstruct.MatchFields(gstruct.IgnoreExtras, gstruct.Fields{
+			"Status": Equal(metav1.ConditionTrue), "Message": Equal("192.0.2.99 answers on node node-1 for pod default/app")})))
+
+		// A policy that refuses them (an older one) gets the bare report.
+		set(ip.Name, attached(placed, node1, ""))
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip.Name}, cur)).To(Succeed())
+		cur.Status.Conditions = allocated.Conditions // what the agent believes; the API server's copy says otherwise
+		g.Expect(r.confirm(ctx, cur, "default/app", 0)).To(Succeed())
+		g.Expect(r.conditionsRefused.Load()).NotTo(BeZero())
+		g.Expect(status(ip.Name)).To(same(attached(placed, node1, "default/app")))
 	})
 
 	t.Run("attachedPod only status.pod, only while attached", func(t *testing.T) {

@@ -166,7 +166,13 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		if node == "" {
 			gen = 0
 		}
-		if _, err := r.patchStatus(ctx, ip, node, pod, gen); err != nil {
+		var err error
+		if pod != "" {
+			err = r.confirm(ctx, ip, pod, gen)
+		} else {
+			_, err = r.patchStatus(ctx, ip, node, pod, gen)
+		}
+		if err != nil {
 			return err
 		}
 	}

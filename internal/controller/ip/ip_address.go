@@ -21,6 +21,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
 
@@ -102,9 +103,9 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAllocated); c == nil || c.Reason != aerr.Reason {
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, aerr.Reason, "Allocate", "%s", aerr.Message)
 		}
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionFalse,
 			Reason: aerr.Reason, Message: aerr.Message})
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonWaitingForAgent, Message: "no address is allocated"})
 		return false, nil
 	}
@@ -119,7 +120,7 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 	if ip.Status.Original == nil || ip.Status.Original.Address != addr.String() {
 		ip.Status.Original = &ipv1.IPSpec{Address: addr.String(), Pool: ip.Spec.Pool, Reassign: ip.Spec.Reassign}
 	}
-	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
+	ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
 		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf("%s is reserved from pool %s%s", addr, pool, r.deletingNote(ctx, addr))})
 	return true, nil
 }
@@ -153,7 +154,7 @@ func (r *Reconciler) keepAddress(ctx context.Context, ip *ipv1.IP, why *statuspa
 	if err := r.reserve(ctx, ip, addr, ip.Status.Pool); err != nil {
 		return false, fmt.Errorf("keeping %s reserved for IP %s: %w", addr, ip.Name, err)
 	}
-	setCondition(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
+	ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAllocated, Status: metav1.ConditionTrue,
 		Reason: ipv1.ReasonAddressAllocated, Message: fmt.Sprintf(
 			"%s stays reserved for this IP although %s: an assigned address is never taken away by a pool change", addr, why.Message)})
 	return true, nil

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipcond"
 	awsprov "github.com/kubext/kubext/internal/provider/aws"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
@@ -178,7 +179,7 @@ func intentRecorder(ip *ipv1.IP, status *statuspatch.Patcher[*ipv1.IP]) awsprov.
 		}
 		before = nil
 		st.Pending = &e
-		summarize(ip)
+		ipcond.Summarize(ip)
 		if err := status.PatchUnfinished(ctx, ip); err != nil {
 			return fmt.Errorf("%w: %w", errIntent, err)
 		}
@@ -312,13 +313,13 @@ func (r *Reconciler) leadInEC2(ctx context.Context, ip *ipv1.IP, status *statusp
 	if r.AWS == nil || st == nil || node == "" || node == wasOn || ip.Status.AttachedNode != "" || st.Node == node {
 		return nil
 	}
-	summarize(ip)
+	ipcond.Summarize(ip)
 	if err := status.PatchUnfinished(ctx, ip); err != nil {
 		return err
 	}
 	if ec2 := r.attachEC2(ctx, ip, node, status); ec2 != nil {
 		// The claim's reconcile tries again; its failure waits ec2Retry.
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ec2.reason, Message: ec2.message})
 	}
 	return nil
@@ -413,7 +414,7 @@ func (r *Reconciler) releaseEC2(ctx context.Context, ip *ipv1.IP) error {
 		}
 		if err := r.AWS.Release(ctx, addr, st.VPCID, prevAttachment(st)); err != nil {
 			f := r.ec2Failed(ctx, ip, st, "Release", err)
-			setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+			ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 				Reason: f.reason, Message: f.message})
 			return fmt.Errorf("releasing %s of IP %s in EC2: %w", addr.IP, ip.Name, err)
 		}

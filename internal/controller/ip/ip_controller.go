@@ -24,8 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -39,6 +37,7 @@ import (
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/eventlog"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
 
@@ -79,6 +78,9 @@ type Reconciler struct {
 	awaiting awaiting
 	// picking keeps the workers from racing each other for one address.
 	picking picking
+	// written keeps reconciles off a cache that has not seen the
+	// controller's own last write.
+	written ownWrites
 }
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ips,verbs=get;list;watch;patch
@@ -105,22 +107,35 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Get(ctx, req.NamespacedName, ip); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.awaiting.set(req.Name, false)
+			r.written.forget(req.Name)
 			return ctrl.Result{}, r.reportMissing(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("reading IP %s: %w", req.Name, err)
+	}
+	if r.written.stale(ip) {
+		return ctrl.Result{RequeueAfter: recentWrite}, nil
 	}
 	if !ip.DeletionTimestamp.IsZero() {
 		r.awaiting.set(ip.Name, false)
 		return r.reconcileDelete(ctx, ip)
 	}
+	from := ip.ResourceVersion
 	if added, err := statuspatch.AddFinalizer(ctx, r.Client, ip, ipv1.Finalizer); err != nil || added {
+		if added {
+			r.written.wrote(ip.Name, from, ip.ResourceVersion)
+		}
 		return ctrl.Result{}, err
 	}
 
 	status := statuspatch.New(r.Client, ip, statusFields)
 	defer func() {
-		summarize(ip)
-		reterr = errors.Join(reterr, status.Patch(ctx, ip, reterr))
+		ipcond.Summarize(ip)
+		err := status.Patch(ctx, ip, reterr)
+		if err == nil {
+			// The patch updated ip from the API server's answer.
+			r.written.wrote(ip.Name, from, ip.ResourceVersion)
+		}
+		reterr = errors.Join(reterr, err)
 	}()
 	wasOn := ip.Status.Node
 	if done, err := r.reconcileAddress(ctx, ip); err != nil || !done {
@@ -152,29 +167,6 @@ func (r *Reconciler) retryAfter(ip *ipv1.IP) time.Duration {
 // statusFields is where an IP keeps the status statuspatch writes.
 func statusFields(ip *ipv1.IP) (any, *int64) {
 	return ip.Status, &ip.Status.ObservedGeneration
-}
-
-// summarize sets Ready from Allocated and Attached.
-func summarize(ip *ipv1.IP) {
-	ready := metav1.Condition{Type: ipv1.ConditionReady, Status: metav1.ConditionTrue, Reason: ipv1.ReasonReady,
-		Message: fmt.Sprintf("%s answers on node %s for pod %s", ip.Status.Address, ip.Status.Node, ip.Status.Pod)}
-	for _, t := range []string{ipv1.ConditionAllocated, ipv1.ConditionAttached} {
-		c := meta.FindStatusCondition(ip.Status.Conditions, t)
-		if c == nil {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ipv1.ReasonReconciling, t+" not evaluated yet"
-			break
-		}
-		if c.Status != metav1.ConditionTrue {
-			ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, c.Reason, c.Message
-			break
-		}
-	}
-	setCondition(ip, ready)
-}
-
-func setCondition(ip *ipv1.IP, c metav1.Condition) {
-	c.ObservedGeneration = ip.Generation
-	meta.SetStatusCondition(&ip.Status.Conditions, c)
 }
 
 // reportMissing tells the pods that claim an IP which does not exist.

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
 
@@ -22,7 +23,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ip *ipv1.IP) (ctrl.Res
 	// keeps the observedGeneration of the last spec reconciled.
 	status := statuspatch.New(r.Client, ip, statusFields)
 	patchStatus := func() error {
-		summarize(ip)
+		ipcond.Summarize(ip)
 		return status.PatchUnfinished(ctx, ip)
 	}
 	detached, err := r.detach(ctx, ip, "deleting")

@@ -18,6 +18,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
 
@@ -190,24 +191,26 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 	}
 	switch {
 	case ec2 != nil:
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ec2.reason, Message: ec2.message})
 	case target == "":
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: h.Reason, Message: h.Message})
 	case aws && ip.Status.AttachedNode == target && ip.Status.AWS.Node != target:
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonEC2Attaching, Message: fmt.Sprintf("moving %s to node %s in EC2", ip.Status.Address, target)})
 	case ip.Status.AttachedNode == target && ip.Status.AttachedPod == pod:
-		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue {
+		// The agent writes Attached=True with its confirmation, when it
+		// may (ipcond.AgentMayConfirm): a move this controller timed is
+		// attached all the same.
+		if c := meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionAttached); c == nil || c.Status != metav1.ConditionTrue || r.moveStarts.running(ip.Name) {
 			r.attached(ip)
 		}
 		// The message does not name the hold's rule (Lease or witnesses):
 		// it changes when the witnesses vouch, after Ready, and each change
 		// would cost a status write per IP. status.attachedGeneration
 		// says it, and kubectl-kubext shows it ("Held on").
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionTrue,
-			Reason: ipv1.ReasonAgentConfirmed, Message: fmt.Sprintf("the agent on %s answers for %s and forwards it to %s", target, ip.Status.Address, pod)})
+		ipcond.Confirm(ip)
 	case ip.Status.AttachedNode == target && waitingFor(ip, target):
 		// The agent took the address (its claim comes before it sees the
 		// holder pod) but has not confirmed: Attached stays False with
@@ -217,10 +220,10 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		// confirmed and is repointed at another pod (the case below) does
 		// change Attached and is written.
 	case ip.Status.AttachedNode == target:
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonProgramming, Message: fmt.Sprintf("the agent on %s is programming %s for %s", target, ip.Status.Address, pod)})
 	default:
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonWaitingForAgent, Message: waitingMessage(ip, target)})
 	}
 	return true, ec2, nil
@@ -264,7 +267,7 @@ func (r *Reconciler) detach(ctx context.Context, ip *ipv1.IP, why string) (bool,
 		}
 	}
 	if err != nil || !lost {
-		setCondition(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
+		ipcond.Set(ip, metav1.Condition{Type: ipv1.ConditionAttached, Status: metav1.ConditionFalse,
 			Reason: ipv1.ReasonDetaching, Message: fmt.Sprintf("%s: waiting for node %s to release %s", why, att, ip.Status.Address)})
 		return false, err
 	}
@@ -432,6 +435,13 @@ func (f *stopwatch) start(ip string, t time.Time) {
 		f.started[ip] = t
 		f.mu.Unlock()
 	}
+}
+
+func (f *stopwatch) running(ip string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.started[ip]
+	return ok
 }
 
 func (f *stopwatch) done(ip string) (time.Time, bool) {

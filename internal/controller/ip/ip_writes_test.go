@@ -15,6 +15,7 @@ import (
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/ipam"
+	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -22,19 +23,46 @@ import (
 // (docs/benchmarks.md, "Static IP at scale"): every write per IP counts.
 // An IP that an agent confirms in the steps the real agent takes — its
 // claim before it sees the holder pod, then the pod, then its witnesses
-// vouching — costs the manager its reservation, one status write for
-// allocation and placement and one for Ready: the finalizer comes with the
-// IP's creation (the IP finalizer policy), the agent's intermediate reports
-// and the hold's change of rule write nothing, and a reconcile with
-// nothing to change writes nothing.
+// vouching — costs the manager its reservation and one status write for
+// allocation and placement: the finalizer comes with the IP's creation
+// (the IP finalizer policy), the agent's confirmation carries Attached and
+// Ready (internal/ipcond), its intermediate reports and the hold's change
+// of rule write nothing, and a reconcile with nothing to change writes
+// nothing. An agent that confirms without the conditions (an older one, or
+// one whose policy refuses them) costs one status write more: Ready.
 func TestWritesPerIPThroughConvergence(t *testing.T) {
-	f := newFixture(t)
-	pool, name := f.name("pool"), f.name("ip")
-	f.Create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.96/29"},
+	for _, tc := range []struct {
+		name       string
+		conditions bool
+		addresses  string
+		want       []string
+	}{
+		{"the agent writes Attached and Ready", true, "203.0.113.96/30", []string{"patch status"}},
+		{"the agent writes no conditions", false, "203.0.113.100/30", []string{"patch status", "patch status"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			name, address := convergeStepByStep(t, f, tc.conditions, tc.addresses)
+			f.G.Expect(managerWrites.Of(name)).To(Equal(tc.want), "the manager's writes on the IP")
+			f.G.Expect(managerWrites.Of(ipam.Name(netip.MustParseAddr(address)))).To(Equal([]string{"create"}), "the manager's writes on the reservation")
+			// The attachment is told, whoever wrote Attached.
+			f.G.Eventually(func() bool { return ipEvent(f.Ctx, name, "Attached") != nil }, testenv.WaitFor).Should(BeTrue(), "the Attached Event")
+		})
+	}
+}
+
+// convergeStepByStep places an IP of a Witness pool on a node and makes
+// its agent's reports one at a time, so that the manager sees each:
+// the claim, the confirmation (with the conditions, as the agent writes
+// them, or without), its witnesses vouching; then a change that is no
+// change. It returns the IP's name and address.
+func convergeStepByStep(t *testing.T, f *fixture, conditions bool, addresses string) (name, address string) {
+	pool := f.name("pool")
+	name = f.name("ip")
+	f.Create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: ipv1.IPPoolSpec{Addresses: []string{addresses},
 		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}, Failover: ipv1.FailoverWitness}})
 	holder, other := f.node(f.name("h")), f.node(f.name("w"))
-	// Heartbeats only: the test makes the holder's reports itself, one
-	// step at a time, so that the manager sees each of them.
+	// Heartbeats only: the test makes the holder's reports itself.
 	for _, n := range []string{holder, other} {
 		renewing(t, n)
 	}
@@ -50,29 +78,35 @@ func TestWritesPerIPThroughConvergence(t *testing.T) {
 		g.Expect(ip.Status.Witnesses).NotTo(BeEmpty())
 		g.Expect(condition(ip, ipv1.ConditionAttached).Reason).To(Equal(ipv1.ReasonWaitingForAgent))
 	}, testenv.WaitFor).Should(Succeed())
-	address := f.ip(name).Status.Address
+	address = f.ip(name).Status.Address
 
 	// settled waits until the manager has had time to react to a report.
 	settled := func() { time.Sleep(700 * time.Millisecond) }
-	report := func(change func(*ipv1.IPStatus)) {
+	report := func(change func(*ipv1.IP)) {
 		t.Helper()
 		f.G.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			ip := f.ip(name)
 			orig := ip.DeepCopy()
-			change(&ip.Status)
+			change(ip)
 			return k8s.Status().Patch(f.Ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		})).To(Succeed())
 	}
 	// The claim, on the Lease (generation 0), before the pod is seen.
-	report(func(s *ipv1.IPStatus) { s.AttachedNode = holder })
+	report(func(ip *ipv1.IP) { ip.Status.AttachedNode = holder })
 	settled()
 	f.G.Expect(condition(f.ip(name), ipv1.ConditionReady).Status).To(Equal(metav1.ConditionFalse), "not Ready before the pod is confirmed")
 	// The pod.
-	report(func(s *ipv1.IPStatus) { s.AttachedPod = p.Namespace + "/" + p.Name })
+	report(func(ip *ipv1.IP) {
+		ip.Status.AttachedPod = p.Namespace + "/" + p.Name
+		if conditions {
+			f.G.Expect(ipcond.AgentMayConfirm(ip, holder)).To(BeTrue())
+			ipcond.Confirm(ip)
+		}
+	})
 	f.readyAttachedOn(name, holder)
 	settled()
 	// The witnesses vouch: the hold's rule changes from Lease to witnesses.
-	report(func(s *ipv1.IPStatus) { s.AttachedGeneration = 3 })
+	report(func(ip *ipv1.IP) { ip.Status.AttachedGeneration = 3 })
 	settled()
 	// Nothing to change.
 	touch(f, name)
@@ -81,11 +115,7 @@ func TestWritesPerIPThroughConvergence(t *testing.T) {
 	ip := f.ip(name)
 	f.G.Expect(condition(ip, ipv1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
 	f.G.Expect(condition(ip, ipv1.ConditionReady).ObservedGeneration).To(Equal(ip.Generation))
-	f.G.Expect(managerWrites.Of(name)).To(Equal([]string{
-		"patch status", // allocated and placed
-		"patch status", // Ready
-	}), "the manager's writes on the IP")
-	f.G.Expect(managerWrites.Of(ipam.Name(netip.MustParseAddr(address)))).To(Equal([]string{"create"}), "the manager's writes on the reservation")
+	return name, address
 }
 
 // A live IP keeps its finalizer: an update that drops it (a server-side

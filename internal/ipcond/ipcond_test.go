@@ -1,9 +1,10 @@
-package ip
+package ipcond
 
 import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -33,8 +34,8 @@ func TestSummarize(t *testing.T) {
 			g := NewWithT(t)
 			ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "front", Generation: 3},
 				Status: ipv1.IPStatus{Address: "192.0.2.7", Node: "n1", Pod: "default/web-0", Conditions: tc.conditions}}
-			summarize(ip)
-			got := condition(ip, ipv1.ConditionReady)
+			Summarize(ip)
+			got := *meta.FindStatusCondition(ip.Status.Conditions, ipv1.ConditionReady)
 			g.Expect(got.Status).To(Equal(tc.want.Status))
 			g.Expect(got.Reason).To(Equal(tc.want.Reason))
 			g.Expect(got.Message).To(Equal(tc.want.Message))
