@@ -95,7 +95,7 @@ type lightAgents struct {
 	wg      sync.WaitGroup
 }
 
-func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, nodes []string) (*lightAgents, error) {
+func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, nodes []string, witnessScale int) (*lightAgents, error) {
 	base, err := l.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -106,6 +106,17 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 	}
 	wc := witnessrun.DefaultConfig()
 	wc.Port = lab.WitnessPort
+	t := &wc.Timing
+	for _, d := range []*time.Duration{&t.ProbeInterval, &t.HoldFor, &t.SilentAfter, &t.FenceSlack} {
+		*d *= time.Duration(witnessScale)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("the light agents' witness timing: %w", err)
+	}
+	if witnessScale > 1 {
+		fmt.Printf("light agents' witness timing x%d: probe every %s, hold %s, silent after %s, fence slack %s\n",
+			witnessScale, t.ProbeInterval, t.HoldFor, t.SilentAfter, t.FenceSlack)
+	}
 	if i := slices.Index(args, "--witness-key-file"); i >= 0 && i+1 < len(args) {
 		wc.KeyFile = args[i+1]
 	}

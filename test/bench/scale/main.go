@@ -78,6 +78,7 @@ type options struct {
 	manager         string
 	profile         time.Duration
 	finalizerPolicy bool
+	witnessScale    int
 }
 
 func main() {
@@ -91,10 +92,12 @@ func main() {
 	flag.DurationVar(&o.steady, "steady", 20*time.Second, "window over which steady-state writes are counted")
 	flag.StringVar(&o.manager, "manager", "", "manager binary (default bin/manager; to compare builds)")
 	flag.BoolVar(&o.finalizerPolicy, "finalizer-policy", true, "install the IP finalizer policy (config/policy/ip-finalizer.yaml) as deployed; false: the manager adds every IP's finalizer itself")
+	flag.IntVar(&o.witnessScale, "witness-timing-scale", 1, "multiply the light agents' witness timing (probe interval, hold, silent-after, fence slack; the safety inequality is linear in them) by this: "+
+		"1 is the ip-agent's defaults; more spares the single process's CPU, whose stalls otherwise lapse holds that a node with its own CPU keeps")
 	flag.DurationVar(&o.profile, "profile", 30*time.Second, "how long a CPU profile of the manager is taken from its start (kept beside its log; 0: none)")
 	flag.Parse()
-	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 {
-		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768")
+	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 || o.witnessScale < 1 {
+		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768, 1 <= -witness-timing-scale")
 		os.Exit(2)
 	}
 	if err := run(o); err != nil {
@@ -221,7 +224,7 @@ func run(o options) (err error) {
 
 	runtime.GC()
 	rssBefore := rssMiB(os.Getpid())
-	agents, err := startLightAgents(ctx, l, scheme, nodes)
+	agents, err := startLightAgents(ctx, l, scheme, nodes, o.witnessScale)
 	if err != nil {
 		return err
 	}
