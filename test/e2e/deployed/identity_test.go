@@ -9,10 +9,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubext/kubext/test/lab"
@@ -49,15 +51,23 @@ func TestDeployedAgentTokenIsBoundToItsNode(t *testing.T) {
 	g.Expect(review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]).To(ConsistOf(node))
 
 	leases := cs.CoordinationV1().Leases(lab.SystemNamespace)
-	own, err := leases.Get(ctx, "ip-agent-"+node, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = leases.Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-	g.Expect(err).NotTo(HaveOccurred(), "its own heartbeat")
+	// A dry-run update of a Lease as read: the agents renew their Leases
+	// meanwhile, and the API server checks the version before admission,
+	// so a conflict means read again.
+	update := func(name string, change func(*coordinationv1.Lease)) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := leases.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(l)
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		})
+	}
+	g.Expect(update("ip-agent-"+node, func(*coordinationv1.Lease) {})).To(Succeed(), "its own heartbeat")
 
-	theirs, err := leases.Get(ctx, "ip-agent-"+other, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	theirs.Spec.HolderIdentity = ptr.To(other)
-	_, err = leases.Update(ctx, theirs, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	err = update("ip-agent-"+other, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To(other) })
 	g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 	g.Expect(err.Error()).To(ContainSubstring("may write only its own heartbeat Lease"))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,15 @@ func TestDeployedStaticIPFailsOver(t *testing.T) {
 		g.Expect(got.Status.Standbys).To(HaveLen(1))
 		holder, standby, holderNode = staticip.PodName(got.Status.Pod), staticip.PodName(got.Status.Standbys[0]), got.Status.Node
 	}, 2*time.Minute, 250*time.Millisecond).Should(Succeed())
+	// As deployed, the API server put the finalizer on at creation (the
+	// manager wrote none), and the holder's ip-agent, under its own
+	// identity and admission policy, wrote Ready with its confirmation
+	// (it owns fields of the Ready condition; the manager, which wrote
+	// Ready=False before, keeps the fields it set then).
+	got := get(g)
+	g.Expect(got.Finalizers).To(ContainElement(ipv1.Finalizer))
+	g.Expect(fieldOwners(got, "", `"f:finalizers"`)).NotTo(ContainElement("manager"), "the manager added the finalizer itself")
+	g.Expect(fieldOwners(got, "status", `"k:{\"type\":\"Ready\"}"`)).To(ContainElement("ip-agent"), "who wrote Ready")
 
 	outside := theLab.Net.ClientNamespace()
 	g.Eventually(func() (string, error) { return staticip.AskFrom(outside, addr, time.Second) }, 30*time.Second, 100*time.Millisecond).Should(Equal(holder))
@@ -153,4 +163,17 @@ func managersOn(g Gomega, node string) int {
 		}
 	}
 	return n
+}
+
+// fieldOwners are the field managers of obj's managedFields entries for
+// subresource sub ("" for the object itself) whose fields contain field
+// (a fragment of fieldsV1's JSON, e.g. "f:finalizers").
+func fieldOwners(obj client.Object, sub, field string) []string {
+	var out []string
+	for _, m := range obj.GetManagedFields() {
+		if m.Subresource == sub && m.FieldsV1 != nil && strings.Contains(m.FieldsV1.GetRawString(), field) {
+			out = append(out, m.Manager)
+		}
+	}
+	return out
 }
