@@ -333,15 +333,16 @@ func (r *Reconciler) patchStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 const conditionsRetry = 10 * time.Minute
 
 // confirm is patchStatus for a confirmation: this node forwards ip to its
-// holder. Where it may (ipcond.AgentMayConfirm) it writes the Attached and
+// holder, status.pod. Where it may (ipcond.AgentMayConfirm) it writes the Attached and
 // Ready conditions that follow in the same patch, as the manager would
 // have (the manager's write per IP that this saves is what bounds
 // convergence at scale). An admission policy that refuses them (one older
 // than this agent) gets the bare report, and none with conditions for
 // conditionsRetry: the manager writes them then, as before.
-func (r *Reconciler) confirm(ctx context.Context, ip *ipv1.IP, pod string, gen int64) error {
+func (r *Reconciler) confirm(ctx context.Context, ip *ipv1.IP, gen int64) error {
+	pod := ip.Status.Pod
 	refused := r.conditionsRefused.Load()
-	if ipcond.AgentMayConfirm(ip, r.Node) && pod == ip.Status.Pod && (refused == 0 || time.Since(time.Unix(0, refused)) > conditionsRetry) {
+	if ipcond.AgentMayConfirm(ip, r.Node) && (refused == 0 || time.Since(time.Unix(0, refused)) > conditionsRetry) {
 		_, err := r.writeStatus(ctx, ip, r.Node, pod, gen, true)
 		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			return err

@@ -234,7 +234,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		r := &Reconciler{Client: own, Node: node1}
 		cur := &ipv1.IP{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip.Name}, cur)).To(Succeed())
-		g.Expect(r.confirm(ctx, cur, "default/app", 0)).To(Succeed())
+		g.Expect(r.confirm(ctx, cur, 0)).To(Succeed())
 		g.Expect(r.conditionsRefused.Load()).To(BeZero(), "the policy admitted the conditions")
 		got := status(ip.Name)
 		g.Expect(got.AttachedPod).To(Equal("default/app"))
@@ -246,7 +246,7 @@ func testAgentPolicy(t *testing.T, in install) {
 		set(ip.Name, attached(placed, node1, ""))
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip.Name}, cur)).To(Succeed())
 		cur.Status.Conditions = allocated.Conditions // what the agent believes; the API server's copy says otherwise
-		g.Expect(r.confirm(ctx, cur, "default/app", 0)).To(Succeed())
+		g.Expect(r.confirm(ctx, cur, 0)).To(Succeed())
 		g.Expect(r.conditionsRefused.Load()).NotTo(BeZero())
 		g.Expect(status(ip.Name)).To(same(attached(placed, node1, "default/app")))
 	})

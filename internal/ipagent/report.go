@@ -167,8 +167,8 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 			gen = 0
 		}
 		var err error
-		if pod != "" {
-			err = r.confirm(ctx, ip, pod, gen)
+		if pod != "" { // status.pod: see above
+			err = r.confirm(ctx, ip, gen)
 		} else {
 			_, err = r.patchStatus(ctx, ip, node, pod, gen)
 		}
