@@ -179,7 +179,6 @@ func TestDrainBlockedByPDB(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), pdb) })
 
 	annotate(t, "pdb-0", rebootv1.AnnotationNeeded, "true", rebootv1.AnnotationNeededSince, stamp(time.Now().Add(-time.Hour)))
-	annotate(t, "pdb-1", rebootv1.AnnotationNeeded, "true")
 	eventually(t, "pdb-0 approved", func() (bool, error) {
 		_, ok := getNode(t, "pdb-0").Annotations[rebootv1.AnnotationInProgress]
 		return ok, nil
@@ -204,6 +203,10 @@ func TestDrainBlockedByPDB(t *testing.T) {
 		c := meta.FindStatusCondition(got.Status.Conditions, rebootv1.ConditionDrainBlocked)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "PodDisruptionBudget default/zero"), nil
 	})
+	// DrainBlocked tells of the group's last drain, so the next node asks
+	// only now: had it asked with pdb-0, its drain (nothing to evict) could
+	// complete, and turn the condition False, before this test read it.
+	annotate(t, "pdb-1", rebootv1.AnnotationNeeded, "true")
 	eventually(t, "the next node rebooted", func() (bool, error) { return protocolDone(getNode(t, "pdb-1")), nil })
 }
 
