@@ -12,12 +12,23 @@
 // For that to hold, nothing may hold up the renewals and the lapse check:
 // the callbacks run on goroutines of their own (see notifier), never on
 // the loop that renews and checks.
+//
+// At scale the renewals are most of what the agents ask of the API server,
+// so an overloaded server must not be asked more: a failed idle renewal is
+// retried after a growing, jittered wait rather than at every tick, a
+// failure that cannot have changed the Lease keeps the copy the next
+// update is made from (no extra GET), and idle renewals are spread by a
+// jitter so that agents that fell into step (all renewed at once after a
+// stall) drift apart. None of this touches a renewal that keeps a hold on
+// the Lease: those go out at every tick, as the fencing argument assumes.
 package heartbeat
 
 import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -25,6 +36,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 )
@@ -98,6 +110,17 @@ type Heartbeat struct {
 	held      bool
 	lastIdle  bool // the last renewal was an idle one
 	lease     *coordinationv1.Lease
+	// idleDue is how long after the last renewal's start the next idle
+	// one is due: IdleRenewInterval less up to an eighth, drawn again at
+	// every renewal.
+	idleDue time.Duration
+	// backoff spaces the idle renewals that follow a failed one; retryAt
+	// is when the next may go. Both are reset by a success.
+	backoff wait.Backoff
+	retryAt time.Time
+	// news says a woken renewal failed: its news (a declaration) goes out
+	// at every tick until a renewal lands, whatever the backoff says.
+	news bool
 }
 
 // New checks the configuration and fills in defaults.
@@ -141,7 +164,34 @@ func New(cfg Config) (*Heartbeat, error) {
 	if cfg.OnRenewed == nil {
 		cfg.OnRenewed = func() {}
 	}
-	return &Heartbeat{cfg: cfg, notify: newNotifier(), wake: make(chan struct{}, 1)}, nil
+	h := &Heartbeat{cfg: cfg, notify: newNotifier(), wake: make(chan struct{}, 1)}
+	h.succeeded()
+	return h, nil
+}
+
+// idleRetryCap bounds the wait between two attempts of an idle renewal,
+// as a fraction of IdleRenewInterval: a quarter leaves several attempts
+// before the idle Lease runs out (it lasts at least twice as long).
+const idleRetryCap = 4
+
+// succeeded resets what failures built up and draws the next idle
+// renewal's due time. Called with mu held, or before Start.
+func (h *Heartbeat) succeeded() {
+	h.idleDue = time.Duration(float64(h.cfg.IdleRenewInterval) * (1 - rand.Float64()/8))
+	h.backoff = wait.Backoff{Duration: h.cfg.RenewInterval, Factor: 2, Jitter: 0.5, Steps: math.MaxInt32,
+		Cap: max(h.cfg.IdleRenewInterval/idleRetryCap, h.cfg.RenewInterval)}
+	h.retryAt, h.news = time.Time{}, false
+}
+
+// failed notes a renewal that did not land: an idle one is tried again
+// after the backoff's next step, a woken one at the next tick.
+func (h *Heartbeat) failed(start time.Time, idle, woken bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.news = h.news || woken
+	if idle {
+		h.retryAt = start.Add(h.backoff.Step())
+	}
 }
 
 // Held reports whether the agent may act: its last successful renewal
@@ -227,9 +277,11 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	start := h.cfg.now()
 	if idle && !woken {
 		h.mu.Lock()
-		recent := h.lastIdle && start.Sub(h.lastStart) < h.cfg.IdleRenewInterval
+		// News that failed to go out is tried at every tick.
+		recent := !h.news && h.lastIdle && start.Sub(h.lastStart) < h.idleDue
+		backingOff := !h.news && start.Before(h.retryAt)
 		h.mu.Unlock()
-		if recent {
+		if recent || backingOff {
 			h.checkLapse()
 			return
 		}
@@ -258,12 +310,14 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	defer cancel()
 	if err := h.write(ctx, start, idle); err != nil {
 		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
+		h.failed(start, idle, woken)
 		h.checkLapse()
 		return
 	}
 	h.mu.Lock()
 	regained := !h.held
 	h.lastStart, h.held, h.lastIdle = start, true, idle
+	h.succeeded()
 	h.mu.Unlock()
 	if regained {
 		h.cfg.Log.V(h.verbosity()).Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
@@ -303,7 +357,13 @@ func (h *Heartbeat) write(ctx context.Context, start time.Time, idle bool) error
 	}
 	l, err := leases.Update(ctx, h.desired(h.lease.DeepCopy(), start, idle), metav1.UpdateOptions{})
 	if err != nil {
-		h.lease = nil // re-read on the next round (conflict, deleted, ...)
+		// Re-read on the next round only when the Lease changed or went
+		// away. Throttled (429), timed out or refused, the copy is still
+		// the one to update from; if a timed-out write landed after all,
+		// the next update conflicts and re-reads then.
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			h.lease = nil
+		}
 		return err
 	}
 	h.lease = l

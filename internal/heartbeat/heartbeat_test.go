@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -593,4 +594,164 @@ func TestWakeAfterTheHoldRanOutStillWrites(t *testing.T) {
 	// Fenced first, then regained: the hold lapsed in between.
 	g.Eventually(cb.lost.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(1))
 	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
+}
+
+// leaseTraffic is a fake API server that counts Lease GETs and writes and
+// refuses every request with 429 Too Many Requests while overloaded, as
+// an API server does when its priority level's queues are full.
+type leaseTraffic struct {
+	overloaded         atomic.Bool
+	gets, writes, sent atomic.Int32
+}
+
+func (f *leaseTraffic) install(c *fake.Clientset) {
+	c.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		f.sent.Add(1)
+		switch a.GetVerb() {
+		case "get":
+			f.gets.Add(1)
+		case "create", "update":
+			f.writes.Add(1)
+		}
+		if f.overloaded.Load() {
+			return true, nil, apierrors.NewTooManyRequests("the server is overloaded", 1)
+		}
+		return false, nil, nil
+	})
+}
+
+// idleHeartbeat is a heartbeat with the ip-agent's default timings, idle,
+// on a fake clock, driven by hand (no Start): each tick is a renewNow.
+func idleHeartbeat(t *testing.T, api *leaseTraffic, clock *fakeClock, cb *callbacks) (*Heartbeat, func(woken bool)) {
+	t.Helper()
+	clientset := fake.NewClientset()
+	api.install(clientset)
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 500*time.Millisecond, 1500*time.Millisecond
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 16*time.Second, 8*time.Second
+	cfg.now = clock.Now
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.notify.start(ctx, h.cfg.OnRenewed)
+	return h, func(woken bool) { h.renewNow(ctx, woken) }
+}
+
+// An overloaded API server is not asked more by the agents it refuses:
+// an idle renewal that fails is tried again after a growing wait, not at
+// every tick (which took 1,000 agents from 125 renewals a second to
+// thousands of requests a second in make bench-scale, and the API server
+// never recovered), and without a GET before each update. The attempts
+// still come often enough to renew before the idle Lease runs out, and
+// once the server answers again renewals return to their pace.
+func TestIdleRenewalsBackOffWhileTheAPIServerRefuses(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	api := &leaseTraffic{}
+	var cb callbacks
+	h, tick := idleHeartbeat(t, api, clock, &cb)
+	tick(false)
+	g.Expect(api.writes.Load()).To(BeEquivalentTo(1), "the first renewal creates the Lease")
+	renewed := clock.Now()
+
+	// The idle renewal falls due within its interval, not before its
+	// jittered seven eighths.
+	for clock.Now().Sub(renewed) < 7*time.Second {
+		clock.Add(500 * time.Millisecond)
+		tick(false)
+	}
+	g.Expect(api.sent.Load()).To(BeEquivalentTo(2), "no request before the idle renewal is due (a GET that found nothing, a create)")
+
+	api.overloaded.Store(true)
+	sent := api.sent.Load()
+	var attempts int32
+	for clock.Now().Sub(renewed) < 16*time.Second {
+		clock.Add(500 * time.Millisecond)
+		before := api.sent.Load()
+		tick(false)
+		if api.sent.Load() > before {
+			attempts++
+		}
+	}
+	// 16 ticks between the due time and the Lease's end: at every tick
+	// that would be 16 attempts, each a GET and an update.
+	g.Expect(attempts).To(And(BeNumerically(">=", 3), BeNumerically("<=", 7)),
+		"attempts of the idle renewal in its last 8 s: at least a few, far fewer than the ticks")
+	g.Expect(api.gets.Load()).To(BeEquivalentTo(1), "a refused update needs no GET: the Lease did not change")
+	g.Expect(api.sent.Load()-sent).To(BeEquivalentTo(attempts), "one request per attempt")
+
+	api.overloaded.Store(false)
+	for range 8 { // past the backoff's cap
+		clock.Add(500 * time.Millisecond)
+		tick(false)
+	}
+	writes, last := api.writes.Load(), h.lastStart
+	g.Expect(last).To(BeTemporally(">", renewed.Add(16*time.Second)), "renewed once the server answers")
+	// Back to the idle pace: nothing more for seven seconds after it.
+	for clock.Now().Add(500*time.Millisecond).Sub(last) < 7*time.Second {
+		clock.Add(500 * time.Millisecond)
+		tick(false)
+	}
+	g.Expect(api.writes.Load()).To(Equal(writes), "the backoff did not end with the success")
+}
+
+// A woken renewal carries news (a witness's declaration, which the
+// controller waits for to fail over): neither the backoff nor the idle
+// pace holds it up, and until it lands every tick tries again.
+func TestNewsIsNotHeldUpByTheBackoff(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	api := &leaseTraffic{}
+	var cb callbacks
+	_, tick := idleHeartbeat(t, api, clock, &cb)
+	tick(false)
+	clock.Add(time.Second)
+
+	api.overloaded.Store(true)
+	sent := api.sent.Load()
+	tick(true)
+	g.Expect(api.sent.Load()).To(Equal(sent+1), "the woken renewal went out at once")
+	for range 6 {
+		clock.Add(500 * time.Millisecond)
+		tick(false)
+	}
+	g.Expect(api.sent.Load()).To(Equal(sent+7), "the failed news is tried at every tick, though the idle renewal is not due")
+	api.overloaded.Store(false)
+	clock.Add(500 * time.Millisecond)
+	tick(false)
+	writes := api.writes.Load()
+	clock.Add(500 * time.Millisecond)
+	tick(false)
+	g.Expect(api.writes.Load()).To(Equal(writes), "once the news landed, the idle pace again")
+}
+
+// A renewal that keeps a hold on the Lease is never held back: every tick
+// tries, as the fencing argument assumes, overloaded server or not.
+func TestFullRateRenewalsAreNotBackedOff(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	api := &leaseTraffic{}
+	clientset := fake.NewClientset()
+	api.install(clientset)
+	var cb callbacks
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 500*time.Millisecond, 1500*time.Millisecond
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return false }, 16*time.Second, 8*time.Second
+	cfg.now = clock.Now
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.notify.start(ctx, h.cfg.OnRenewed)
+	h.renewNow(ctx, false)
+	api.overloaded.Store(true)
+	sent := api.sent.Load()
+	for range 10 {
+		clock.Add(500 * time.Millisecond)
+		h.renewNow(ctx, false)
+	}
+	g.Expect(api.sent.Load()).To(Equal(sent+10), "a tick without an attempt")
 }
