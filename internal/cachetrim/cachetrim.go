@@ -15,14 +15,18 @@ package cachetrim
 import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 )
 
-// Options are the manager's cache options: trimmed Pods and Nodes, and of
-// the Leases only those of the agents' namespace (their heartbeats), not
-// every Lease of the cluster, without managedFields.
+// Options are the manager's cache options: trimmed Pods and Nodes, of the
+// Leases only those of the agents' namespace (their heartbeats), not every
+// Lease of the cluster, without managedFields, and IPs and IPAddresses
+// without managedFields.
 //
 // managedFields stay on every other kind: the objects the controllers own
 // are compared with what they want through them (internal/ownedapply reads
@@ -37,6 +41,11 @@ func Options(heartbeatNamespace string) cache.Options {
 				Namespaces: map[string]cache.Config{heartbeatNamespace: {}},
 				Transform:  cache.TransformStripManagedFields(),
 			},
+			// IPs and their reservations, also by the ten thousand, are
+			// written only by patches and creates: nothing reads their
+			// managedFields.
+			&ipv1.IP{}:                {Transform: cache.TransformStripManagedFields()},
+			&networkingv1.IPAddress{}: {Transform: cache.TransformStripManagedFields()},
 		},
 	}
 }

@@ -1,12 +1,17 @@
 package cachetrim
 
 import (
+	"fmt"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 )
 
 var managed = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate}}
@@ -63,4 +68,31 @@ func TestNodeKeepsWhatTheControllersRead(t *testing.T) {
 	g.Expect(n.ObjectMeta).To(Equal(meta))
 	g.Expect(n.Spec).To(Equal(spec))
 	g.Expect(n.Status).To(Equal(status))
+}
+
+// The manager caches IPs and IPAddresses (ten thousand each in a large
+// pool) without managedFields, and keeps everything else of them.
+func TestIPsAndReservationsLoseOnlyManagedFields(t *testing.T) {
+	g := NewWithT(t)
+	transforms := map[string]func(any) (any, error){}
+	for obj, by := range Options("kubext-system").ByObject {
+		transforms[fmt.Sprintf("%T", obj)] = by.Transform
+	}
+	ip := &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "ip-1", ResourceVersion: "3", Finalizers: []string{"ip.kubext.io/finalizer"},
+		ManagedFields: managed}, Status: ipv1.IPStatus{Address: "192.0.2.10", AttachedNode: "n1"}}
+	addr := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "192.0.2.10", Labels: map[string]string{ipv1.LabelPool: "p"},
+		ManagedFields: managed}, Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "ips", Name: "ip-1"}}}
+	for _, obj := range []interface {
+		metav1.Object
+		DeepCopyObject() runtime.Object
+	}{ip, addr} {
+		name := fmt.Sprintf("%T", obj)
+		transform := transforms[name]
+		g.Expect(transform).NotTo(BeNil(), "no transform for %s", name)
+		want := obj.DeepCopyObject()
+		want.(metav1.Object).SetManagedFields(nil)
+		out, err := transform(obj.DeepCopyObject())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(Equal(want), name)
+	}
 }

@@ -32,7 +32,8 @@ func (r *Reconciler) witnessCondition(ctx context.Context, pool *ipv1.IPPool) er
 		return nil
 	}
 	ips := &ipv1.IPList{}
-	if err := r.List(ctx, ips); err != nil {
+	// Read only: the cache's own objects, not a copy of every IP.
+	if err := r.List(ctx, ips, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing the IPs of pool %s: %w", pool.Name, err)
 	}
 	var fellBack []string

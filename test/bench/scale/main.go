@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -32,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +109,10 @@ func main() {
 }
 
 func run(o options) (err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	// Interrupted, the run still takes its lab down (the deferred Down).
+	sigCtx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sigCtx, o.timeout)
 	defer cancel()
 	root, err := lab.RepoRoot()
 	if err != nil {
