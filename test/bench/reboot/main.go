@@ -79,6 +79,18 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	if err != nil {
 		return err
 	}
+	// controller-runtime's log (the lab's CRD install, the light agents)
+	// goes to a file from the start: set once, before anything logs.
+	logs := filepath.Join(os.TempDir(), "bench-reboot")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	agentLog, err := os.Create(filepath.Join(logs, "agents.log"))
+	if err != nil {
+		return err
+	}
+	defer agentLog.Close()
+	ctrl.SetLogger(zap.New(zap.WriteTo(agentLog)))
 	l, err := lab.Up(ctx, lab.Options{Name: "bench-reboot", Prefix: "kxbr", Nodes: nodes,
 		CRDDirs: []string{filepath.Join(root, "config", "crd", "bases")},
 		Log:     func(f string, a ...any) { fmt.Printf("lab: "+f+"\n", a...) }})
@@ -123,16 +135,6 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	}
 	fmt.Printf("Manager running (log %s)\n", m.Log)
 	if agents == "light" {
-		logs := filepath.Join(os.TempDir(), "bench-reboot")
-		if err := os.MkdirAll(logs, 0o755); err != nil {
-			return err
-		}
-		agentLog, err := os.Create(filepath.Join(logs, "agents.log"))
-		if err != nil {
-			return err
-		}
-		defer agentLog.Close()
-		ctrl.SetLogger(zap.New(zap.WriteTo(agentLog)))
 		t0 := time.Now()
 		la, err := startLightAgents(ctx, l, c.Scheme(), downtime)
 		if err != nil {
