@@ -34,9 +34,10 @@ import (
 //     therefore ordered, and each was decided knowing every slot granted
 //     before it.
 //  2. Count: a decision counts a node as holding a slot when its
-//     annotations say so or the ledger does (the union), so neither a grant
-//     whose node patch has not landed nor a node whose slot is being given
-//     back is ever missed.
+//     annotations say so or the ledger holds one for it (the union, every
+//     ledger slot, confirmed or not), so neither a grant whose node patch
+//     has not landed, nor an approval the node cache has not seen yet, nor
+//     a node whose slot is being given back is ever missed.
 //  3. Give back: the ledger entry is removed before the node's annotations
 //     are cleared (the node still counts through its annotations meanwhile).
 //  4. Repair: a granted slot whose node shows no approval is either a node
@@ -48,6 +49,44 @@ import (
 //     dropped. An entry whose approval had been seen on the node (Confirmed)
 //     but whose node lost it — deleted while down, re-registered without
 //     its annotations — keeps its slot until the group's reboot timeout.
+//     The confirmation is written with the next ledger write, and at the
+//     latest before the node's reboot is ordered (until then a node that
+//     vanishes is not down for kubext's reboot).
+//
+// Reading from the cache. Decisions take the nodes from the informer
+// cache, which may lag the API server by the watch's delay; the ledger and
+// the groups are read fresh on every decision. What this cannot break:
+//
+//   - Every slot kubext holds is in the ledger from before its node patch
+//     until after its node is released (steps 1 and 3), and step 2 counts
+//     every ledger slot whatever the cached node shows. So the count of
+//     kubext's own slots is exact as of the ledger's read, and a grant
+//     made after someone else's change to the ledger is refused by the
+//     precondition (step 1). A cache that has not seen an approval, a
+//     release or a grant of another leader can make a decision approve
+//     less, never more.
+//   - Every node patch is conditional on the version the decision read:
+//     a stale node (a request withdrawn, a node gone NotReady or cordoned
+//     since) makes the patch a conflict and the decision is made again.
+//   - Step 4 never drops a grant on the cache's word: a node that does
+//     not show its grant and is not at the version granted is read fresh
+//     first (the cache may be behind the version another leader granted).
+//
+// What a stale cache can still do: count as available a node that became
+// unavailable for reasons outside kubext (NotReady, cordoned by someone
+// else) during the watch's lag — typically milliseconds, at most until the
+// informer's watch reconnects — and approve another node in its place. It
+// cannot be prevented by any read either: a fresh List is as stale the
+// moment after it returns, a node can go NotReady at any time, and such
+// nodes are not kubext's to count in the ledger. maxUnavailable bounds
+// what kubext makes unavailable; it has never been a promise about nodes
+// that fail by themselves. The outside watch of make bench-reboot samples
+// the sum of both and finds it within the budget.
+//
+// The controller also remembers the nodes as it last wrote them until the
+// cache shows them (own.go), so that its next decision is not made from
+// the version before its own write; that memory only ever returns a newer
+// version of a node and is not part of the argument above.
 //
 // What the ledger does not cover: nodes unavailable for other reasons
 // (NotReady, cordoned by someone else) are read from the nodes as before;
@@ -70,6 +109,9 @@ type ledger struct {
 	// object is the ConfigMap as read; nil when there is none yet.
 	object *corev1.ConfigMap
 	slots  map[string]slot
+	// unwritten says slots holds confirmations not written yet; any
+	// write of slots carries them.
+	unwritten bool
 }
 
 // readLedger reads the ledger from the API server (never from a cache).
@@ -110,7 +152,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 			}
 			return fmt.Errorf("creating the reboot ledger: %w", err)
 		}
-		l.object, l.slots = cm, slots
+		l.object, l.slots, l.unwritten = cm, slots, false
 		return nil
 	}
 	cm := l.object.DeepCopy()
@@ -123,7 +165,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 	if err := r.Update(ctx, cm); err != nil {
 		return fmt.Errorf("updating the reboot ledger: %w", err)
 	}
-	l.object, l.slots = cm, slots
+	l.object, l.slots, l.unwritten = cm, slots, false
 	return nil
 }
 
@@ -159,23 +201,40 @@ func (r *Reconciler) giveBack(ctx context.Context, s *state, name string) error 
 // held for nodes that cannot show them.
 func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) ([]rebootplan.Absent, error) {
 	slots := maps.Clone(s.ledger.slots)
-	changed := false
+	changed, confirmed := false, false
 	var absent []rebootplan.Absent
 	var complete []string
 	for name, sl := range s.ledger.slots {
 		n, exists := s.nodes[name]
-		shows := exists && n.Annotations[rebootv1.AnnotationInProgress] != ""
+		if !sl.Confirmed && (!exists || !shows(n, sl) && n.ResourceVersion != sl.NodeResourceVersion) {
+			// From the cache, a node that does not show the grant and is
+			// at another version proves nothing: the cache may be behind
+			// the version granted (another leader's grant), whose patch
+			// may still land. Only the API server can say the node moved
+			// on.
+			fresh, err := r.freshNode(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if exists = fresh != nil; exists {
+				s.setNode(fresh)
+				n = fresh
+			}
+		}
 		switch {
-		case shows && !sl.Confirmed:
+		case exists && shows(n, sl) && !sl.Confirmed:
+			// Written with the next ledger write this reconcile makes, or
+			// before the node's reboot is ordered, whichever is first
+			// (flushLedger): until then nothing needs it.
 			sl.Confirmed = true
 			slots[name] = sl
-			changed = true
-		case shows:
+			confirmed = true
+		case exists && shows(n, sl):
 		case !sl.Confirmed && exists && n.ResourceVersion == sl.NodeResourceVersion:
 			complete = append(complete, name)
 		case !sl.Confirmed:
-			// The node changed since the grant: the granting patch, made
-			// conditional on the old version, can never land.
+			// The node, read fresh, changed since the grant: the granting
+			// patch, made conditional on the old version, can never land.
 			delete(slots, name)
 			changed = true
 		default:
@@ -185,13 +244,21 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) 
 				changed = true
 				continue
 			}
-			absent = append(absent, rebootplan.Absent{Node: name, Group: sl.Group, ControlPlane: sl.ControlPlane})
+			// A node that exists counts through the slot (snapshot:
+			// Reserved) whatever it shows, e.g. a cache that has not seen
+			// its approval yet; one that does not has only the ledger.
+			if !exists {
+				absent = append(absent, rebootplan.Absent{Node: name, Group: sl.Group, ControlPlane: sl.ControlPlane})
+			}
 		}
 	}
-	if changed {
+	switch {
+	case changed:
 		if err := r.writeLedger(ctx, s.ledger, slots); err != nil {
 			return nil, err
 		}
+	case confirmed:
+		s.ledger.slots, s.ledger.unwritten = slots, true
 	}
 	for _, name := range complete {
 		sl := s.ledger.slots[name]
@@ -200,6 +267,34 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) 
 		}
 	}
 	return absent, nil
+}
+
+// shows says whether the node carries the approval the slot grants.
+func shows(n *corev1.Node, sl slot) bool {
+	return n.Annotations[rebootv1.AnnotationInProgress] == sl.Approval
+}
+
+// freshNode reads a node from the API server; nil when there is none.
+func (r *Reconciler) freshNode(ctx context.Context, name string) (*corev1.Node, error) {
+	n := &corev1.Node{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: name}, n)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+// flushLedger writes the confirmations repairLedger noted and no ledger
+// write has carried yet. It runs before a reboot is ordered: from then on
+// the node may vanish while down, and only a confirmed slot outlives it.
+func (r *Reconciler) flushLedger(ctx context.Context, s *state) error {
+	if !s.ledger.unwritten {
+		return nil
+	}
+	return r.writeLedger(ctx, s.ledger, s.ledger.slots)
 }
 
 // groupSpec is the spec of the named group; the CRD's defaults when there

@@ -111,6 +111,9 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 	case !res.finished:
 		return time.Time{}, nil
 	case res.err == nil:
+		if err := r.flushLedger(ctx, s); err != nil {
+			return time.Time{}, err
+		}
 		c := n.DeepCopy()
 		c.Annotations[rebootv1.AnnotationNow] = stamp(now)
 		if err := r.patchNode(ctx, s, n, c); err != nil {

@@ -4,12 +4,17 @@
 // the new boot ID, soak, uncordon — while the node agents only ask for
 // reboots and carry them out on their own node.
 //
-// Every decision is made from a fresh read of the API server, not from the
-// informer cache, so a lagging cache can never make two approvals look
-// affordable; the cache only wakes the controller up. Every change to a node
-// is a patch conditional on the resourceVersion that decision was made from.
-// The whole cluster is one work item, handled by one worker of the one
-// elected leader.
+// Decisions are made from the informer cache's nodes and from the API
+// server's groups and approvals ledger (ledger.go). The ledger, one
+// ConfigMap read fresh and updated with a resourceVersion precondition,
+// guards the budget: a lagging cache can never make two approvals look
+// affordable, because every slot kubext holds is in the ledger and every
+// grant is a write conditional on the ledger as read. Every change to a
+// node is a patch conditional on the resourceVersion that decision was made
+// from, so a stale node is a conflict and a quick decision again. The
+// whole cluster is one work item, handled by one worker of the one
+// elected leader (and a second leader, or a paused ex-leader, is held by
+// the same preconditions).
 package reboot
 
 import (
@@ -55,9 +60,12 @@ const (
 
 // Reconciler is the reboot controller.
 type Reconciler struct {
-	// Client writes. Its cache only triggers reconciles.
+	// Client writes; its cache triggers reconciles.
 	client.Client
-	// APIReader reads the nodes and groups every decision is made from.
+	// NodeReader lists the nodes decisions are made from: the manager's
+	// cache (Client) when nil. See ledger.go for why that is safe.
+	NodeReader client.Reader
+	// APIReader reads the groups and the approvals ledger, fresh.
 	APIReader client.Reader
 	// Kube evicts pods (k8s.io/kubectl/pkg/drain needs a clientset).
 	Kube     kubernetes.Interface
@@ -91,6 +99,17 @@ type Reconciler struct {
 	// beforeGrant, when set, runs between a decision and its grant: tests
 	// pause a controller there, as a stalled leader would be.
 	beforeGrant func()
+	// own are the nodes as this controller last wrote them, until the
+	// cache shows them (own.go).
+	own ownWrites
+}
+
+// nodeReader is where the nodes are listed from.
+func (r *Reconciler) nodeReader() client.Reader {
+	if r.NodeReader != nil {
+		return r.NodeReader
+	}
+	return r.Client
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -220,7 +239,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("reboot").
-		Watches(&corev1.Node{}, toRollout, builder.WithPredicates(nodeChanged)).
+		Watches(&corev1.Node{}, toRollout, builder.WithPredicates(nodeChanged, r.notOwnWrite())).
 		Watches(&rebootv1.RebootGroup{}, toRollout, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(finished, toRollout)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1})
@@ -244,6 +263,17 @@ func (r *Reconciler) init(wake func()) {
 	r.announced = map[string]rebootplan.Reason{}
 	r.drainOutcome = map[string]drainOutcome{}
 	r.back = map[string]time.Time{}
+}
+
+// notOwnWrite drops the update events that carry a node as this controller
+// itself wrote it: the reconcile that wrote it went on from what the API
+// server returned, so the event brings nothing it has not decided on. (A
+// reconcile that failed after the write is requeued by its error.)
+func (r *Reconciler) notOwnWrite() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		n, ok := e.ObjectNew.(*corev1.Node)
+		return !ok || !r.own.isOwn(n)
+	}}
 }
 
 // nodeChanged passes node creations, deletions and the updates that can

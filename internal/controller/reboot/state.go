@@ -40,11 +40,15 @@ type state struct {
 	held map[string]rebootplan.Hold
 }
 
-// read lists nodes and groups and reads the ledger from the API server
-// (not the cache). The three reads are made at once: every decision waits
-// for them, and on a large cluster each is a round trip to a busy API
-// server. Their order does not matter: every write made from them (the
-// ledger's, each node's) is conditional on the version read.
+// read takes the nodes from the informer cache, and lists the groups and
+// reads the ledger from the API server. The ledger is what guards the
+// budget (ledger.go, "Reading from the cache"): it and the groups are small
+// and read fresh at once; the nodes, a List of which cost tens of
+// milliseconds of the API server's and the manager's time on a large
+// cluster, come from the cache, overlaid with this controller's own writes
+// the cache has not caught up with yet (own.go). Every write made from the
+// nodes is conditional on the resourceVersion read, so a stale node is a
+// conflict and a quick look again, never a write over something unseen.
 func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	var (
 		nodes                          corev1.NodeList
@@ -53,9 +57,9 @@ func (r *Reconciler) read(ctx context.Context) (*state, error) {
 		nodesErr, groupsErr, ledgerErr error
 		wg                             sync.WaitGroup
 	)
-	wg.Go(func() { nodesErr = r.APIReader.List(ctx, &nodes) })
 	wg.Go(func() { groupsErr = r.APIReader.List(ctx, &groups) })
 	wg.Go(func() { l, ledgerErr = r.readLedger(ctx) })
+	nodesErr = r.nodeReader().List(ctx, &nodes)
 	wg.Wait()
 	if nodesErr != nil {
 		return nil, fmt.Errorf("listing nodes: %w", nodesErr)
@@ -69,8 +73,9 @@ func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), planned: make(map[string]rebootplan.Node, len(nodes.Items)),
 		groups: groups.Items, ledger: l, agents: r.Agents}
 	for i := range nodes.Items {
-		s.setNode(&nodes.Items[i])
+		s.setNode(r.own.view(&nodes.Items[i]))
 	}
+	r.own.forgetAllBut(s.nodes)
 	if s.needPods() {
 		var pods corev1.PodList
 		if err := r.APIReader.List(ctx, &pods); err != nil {
@@ -103,8 +108,11 @@ func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
 	for _, name := range s.names() {
 		n := s.planned[name]
 		n.Pods = s.pods[name]
-		// A grant the node does not show yet still holds its slot.
-		if sl, ok := s.ledger.slots[name]; ok && !sl.Confirmed {
+		// Every slot the ledger holds counts, whatever the node shows:
+		// the ledger is read fresh, the node may come from a cache that
+		// has not seen the approval yet (or, for a grant whose node patch
+		// has not landed, that nobody has seen yet).
+		if _, ok := s.ledger.slots[name]; ok {
 			n.Reserved = true
 		}
 		n.AgentDown, n.AgentDownWhy = s.agentDown(name, now)
@@ -195,6 +203,7 @@ func (r *Reconciler) patchNode(ctx context.Context, s *state, orig, changed *cor
 	if err := r.Patch(ctx, changed, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patching node %s: %w", orig.Name, err)
 	}
+	r.own.wrote(orig.ResourceVersion, changed)
 	s.setNode(changed)
 	return nil
 }
