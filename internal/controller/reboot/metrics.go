@@ -34,7 +34,7 @@ var (
 	})
 	decisionSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kubext_reboot_decision_latency_seconds",
-		Help:    "Time from a slot becoming free (a node's soak ending, a drain timing out) to the next node of the group being approved.",
+		Help:    "Time from a slot becoming free (a node's soak ending, a drain timing out, a request withdrawn) to the next node of the group being approved, across reconciles; a slot nothing can take at once (no node waiting, paused, gate held, outside the window) is not counted.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2, 5},
 	})
 	drainTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -96,6 +96,11 @@ type Reconciler struct {
 	// back is when this controller first saw a rebooted node Ready with its
 	// new boot ID, per node and approval: the start of its soak.
 	back map[string]time.Time
+	// freed is when a slot of each group became free and no node of the
+	// group has been approved since, for decisionSeconds: the approval may
+	// come in a later reconcile than the release (a conflict, a requeue),
+	// and the time between counts.
+	freed map[string]time.Time
 	// beforeGrant, when set, runs between a decision and its grant: tests
 	// pause a controller there, as a stalled leader would be.
 	beforeGrant func()
@@ -148,15 +153,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	// First the nodes already in a reboot: finishing one frees its slot for
 	// the approvals below, in the same pass.
 	decision := rebootplan.Decide(s.snapshot(now))
-	freed := map[string]time.Time{}
 	for _, name := range s.names() {
 		g := s.groupOf(decision, name)
 		done, err := r.advance(ctx, s, name, g, now, next)
 		if err != nil {
 			return r.retry(ctx, err)
 		}
-		if !done.IsZero() {
-			freed[g.name] = done
+		if _, waiting := r.freed[g.name]; !done.IsZero() && !waiting {
+			r.freed[g.name] = done
 		}
 	}
 	holders := s.slotHolders()
@@ -186,9 +190,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if err := r.approve(ctx, s, name, g, now); err != nil {
 			return r.retry(ctx, err)
 		}
-		if t, ok := freed[g.name]; ok {
+		if t, ok := r.freed[g.name]; ok {
 			decisionSeconds.Observe(r.Now().Sub(t).Seconds())
-			delete(freed, g.name)
+			delete(r.freed, g.name)
+		}
+	}
+	// A freed slot no node can take now (none waits for the budget alone:
+	// nothing asks, the group is paused, halted, held by a gate or outside its
+	// window) is no decision pending.
+	for name := range r.freed {
+		if gd := decision.Group(name); gd == nil || len(gd.Waiting) == 0 || gd.Paused || gd.Halted || gd.Held != nil || !gd.InWindow {
+			delete(r.freed, name)
 		}
 	}
 	r.announce(s, decision)
@@ -263,6 +275,7 @@ func (r *Reconciler) init(wake func()) {
 	r.announced = map[string]rebootplan.Reason{}
 	r.drainOutcome = map[string]drainOutcome{}
 	r.back = map[string]time.Time{}
+	r.freed = map[string]time.Time{}
 }
 
 // notOwnWrite drops the update events that carry a node as this controller
