@@ -71,6 +71,13 @@ func TestLaggingCacheCannotApprovePastTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The ledger exists already (as after any earlier reboot), so that
+	// A's grant is an update, whose precondition is the resourceVersion
+	// read, not a create that any existing ledger refuses.
+	if err := c.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: DefaultLedgerName},
+		Data: map[string]string{ledgerKey: "{}"}}); err != nil {
+		t.Fatal(err)
+	}
 	ask("lag-2", time.Now().Add(-time.Hour))
 
 	a, b := rival(t, env, c), rival(t, env, c)
