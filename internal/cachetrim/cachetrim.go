@@ -41,13 +41,27 @@ func Options(heartbeatNamespace string) cache.Options {
 				Namespaces: map[string]cache.Config{heartbeatNamespace: {}},
 				Transform:  cache.TransformStripManagedFields(),
 			},
-			// IPs and their reservations, also by the ten thousand, are
-			// written only by patches and creates: nothing reads their
-			// managedFields.
-			&ipv1.IP{}:                {Transform: cache.TransformStripManagedFields()},
-			&networkingv1.IPAddress{}: {Transform: cache.TransformStripManagedFields()},
 		},
+		// IPs and their reservations, also by the ten thousand, are
+		// written only by patches and creates: nothing reads their
+		// managedFields. A default transform rather than ByObject
+		// entries: those are resolved when the cache is made, which fails
+		// in a manager without the IP API (the Redis controller's tests)
+		// or without its CRD installed.
+		DefaultTransform: ipsWithoutManagedFields,
 	}
+}
+
+// ipsWithoutManagedFields strips managedFields from IPs and IPAddresses
+// and leaves every other kind as it is.
+func ipsWithoutManagedFields(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *ipv1.IP:
+		o.ManagedFields = nil
+	case *networkingv1.IPAddress:
+		o.ManagedFields = nil
+	}
+	return obj, nil
 }
 
 // meta is m without managedFields.
