@@ -620,15 +620,16 @@ func (f *leaseTraffic) install(c *fake.Clientset) {
 	})
 }
 
-// idleHeartbeat is a heartbeat with the ip-agent's default timings, idle,
-// on a fake clock, driven by hand (no Start): each tick is a renewNow.
-func idleHeartbeat(t *testing.T, api *leaseTraffic, clock *fakeClock, cb *callbacks) (*Heartbeat, func(woken bool)) {
+// agentHeartbeat is a heartbeat with the ip-agent's default timings, idle
+// as idle says, on a fake clock, driven by hand (no Start): each tick is a
+// renewNow.
+func agentHeartbeat(t *testing.T, api *leaseTraffic, clock *fakeClock, cb *callbacks, idle bool) (*Heartbeat, func(woken bool)) {
 	t.Helper()
 	clientset := fake.NewClientset()
 	api.install(clientset)
 	cfg := cb.config(testConfig(clientset.CoordinationV1()))
 	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 500*time.Millisecond, 1500*time.Millisecond
-	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 16*time.Second, 8*time.Second
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return idle }, 16*time.Second, 8*time.Second
 	cfg.now = clock.Now
 	h, err := New(cfg)
 	if err != nil {
@@ -652,7 +653,7 @@ func TestIdleRenewalsBackOffWhileTheAPIServerRefuses(t *testing.T) {
 	clock := newFakeClock()
 	api := &leaseTraffic{}
 	var cb callbacks
-	h, tick := idleHeartbeat(t, api, clock, &cb)
+	h, tick := agentHeartbeat(t, api, clock, &cb, true)
 	tick(false)
 	g.Expect(api.writes.Load()).To(BeEquivalentTo(1), "the first renewal creates the Lease")
 	renewed := clock.Now()
@@ -706,7 +707,7 @@ func TestNewsIsNotHeldUpByTheBackoff(t *testing.T) {
 	clock := newFakeClock()
 	api := &leaseTraffic{}
 	var cb callbacks
-	_, tick := idleHeartbeat(t, api, clock, &cb)
+	_, tick := agentHeartbeat(t, api, clock, &cb, true)
 	tick(false)
 	clock.Add(time.Second)
 
@@ -734,24 +735,14 @@ func TestFullRateRenewalsAreNotBackedOff(t *testing.T) {
 	g := NewWithT(t)
 	clock := newFakeClock()
 	api := &leaseTraffic{}
-	clientset := fake.NewClientset()
-	api.install(clientset)
 	var cb callbacks
-	cfg := cb.config(testConfig(clientset.CoordinationV1()))
-	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 500*time.Millisecond, 1500*time.Millisecond
-	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return false }, 16*time.Second, 8*time.Second
-	cfg.now = clock.Now
-	h, err := New(cfg)
-	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h.notify.start(ctx, h.cfg.OnRenewed)
-	h.renewNow(ctx, false)
+	_, tick := agentHeartbeat(t, api, clock, &cb, false)
+	tick(false)
 	api.overloaded.Store(true)
 	sent := api.sent.Load()
 	for range 10 {
 		clock.Add(500 * time.Millisecond)
-		h.renewNow(ctx, false)
+		tick(false)
 	}
 	g.Expect(api.sent.Load()).To(Equal(sent+10), "a tick without an attempt")
 }
