@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
-	"github.com/kubext/kubext/internal/rebootplan"
 )
 
 // frozenNodes is a node cache that stopped at one moment: its List
@@ -120,19 +119,7 @@ func TestLaggingCacheCannotApprovePastTheBudget(t *testing.T) {
 		t.Fatal("lag-1's reboot was ordered before its slot was confirmed in the ledger")
 	}
 
-	holding := func() int {
-		list := &corev1.NodeList{}
-		if err := c.List(ctx, list, client.MatchingLabels{"pool": "lag"}); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for i := range list.Items {
-			if rebootplan.NodeFrom(&list.Items[i]).HoldsSlot() {
-				n++
-			}
-		}
-		return n
-	}
+	holding := func() int { return holdingSlots(t, c, "lag") }
 	close(resume)
 	if err := <-aDone; err != nil {
 		t.Fatal(err)

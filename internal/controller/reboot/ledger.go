@@ -183,17 +183,6 @@ func (r *Reconciler) grant(ctx context.Context, s *state, decision rebootplan.De
 	return r.writeLedger(ctx, s.ledger, slots)
 }
 
-// giveBack removes a node's slot from the ledger before its annotations are
-// cleared.
-func (r *Reconciler) giveBack(ctx context.Context, s *state, name string) error {
-	if _, ok := s.ledger.slots[name]; !ok {
-		return nil
-	}
-	slots := maps.Clone(s.ledger.slots)
-	delete(slots, name)
-	return r.writeLedger(ctx, s.ledger, slots)
-}
-
 // repairLedger brings the ledger and the nodes together (step 4 of the
 // protocol): it completes grants whose node patch may still land, drops
 // those that never can, confirms those the node shows, and lets slots of
@@ -225,7 +214,7 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) 
 		case exists && shows(n, sl) && !sl.Confirmed:
 			// Written with the next ledger write this reconcile makes, or
 			// before the node's reboot is ordered, whichever is first
-			// (flushLedger): until then nothing needs it.
+			// (writeNodes): until then nothing needs it.
 			sl.Confirmed = true
 			slots[name] = sl
 			confirmed = true
@@ -260,11 +249,12 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) 
 	case confirmed:
 		s.ledger.slots, s.ledger.unwritten = slots, true
 	}
+	writes := make([]*nodeWrite, 0, len(complete))
 	for _, name := range complete {
-		sl := s.ledger.slots[name]
-		if err := r.markApproved(ctx, s, name, sl.Approval); err != nil {
-			return nil, err
-		}
+		writes = append(writes, markApproved(s, name, s.ledger.slots[name].Approval, now))
+	}
+	if err := r.writeNodes(ctx, s, writes); err != nil {
+		return nil, err
 	}
 	return absent, nil
 }
@@ -285,16 +275,6 @@ func (r *Reconciler) freshNode(ctx context.Context, name string) (*corev1.Node, 
 		return nil, fmt.Errorf("reading node %s: %w", name, err)
 	}
 	return n, nil
-}
-
-// flushLedger writes the confirmations repairLedger noted and no ledger
-// write has carried yet. It runs before a reboot is ordered: from then on
-// the node may vanish while down, and only a confirmed slot outlives it.
-func (r *Reconciler) flushLedger(ctx context.Context, s *state) error {
-	if !s.ledger.unwritten {
-		return nil
-	}
-	return r.writeLedger(ctx, s.ledger, s.ledger.slots)
 }
 
 // groupSpec is the spec of the named group; the CRD's defaults when there

@@ -1,7 +1,6 @@
 package reboot
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -27,52 +26,67 @@ const (
 	EventRolloutComplete = "RolloutComplete"
 )
 
-// advance moves one node a step along the protocol: it records when a
-// node first asked for a reboot, drains an approved node and then orders
-// its reboot, and verifies a rebooted one. It returns when the node's slot
-// became free if this step freed it, and notes when it is next due.
-func (r *Reconciler) advance(ctx context.Context, s *state, name string, g group, now time.Time, next *deadlines) (time.Time, error) {
+// advance moves one node holding a slot a step along the protocol: it
+// drains an approved node and then orders its reboot, and verifies a
+// rebooted one. It returns the write the step needs, if any (writeNodes
+// makes it), and notes when the node is next due.
+func (r *Reconciler) advance(s *state, name string, g group, now time.Time, next *deadlines) *nodeWrite {
 	n, pn := s.nodes[name], s.planned[name]
 	if !pn.HoldsSlot() {
 		if t, ok := annotationTime(n, rebootv1.AnnotationRetryAfter); ok {
 			next.at(t)
 		}
-		if _, noted := n.Annotations[rebootv1.AnnotationNeededSince]; pn.Needs() && !noted {
-			c := n.DeepCopy()
-			c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
-			return time.Time{}, r.patchNode(ctx, s, n, c)
-		}
-		return time.Time{}, nil
+		return nil
 	}
 	if _, ordered := n.Annotations[rebootv1.AnnotationNow]; !ordered {
 		if !pn.Needs() {
-			return now, r.withdraw(ctx, s, n, g)
+			return r.withdraw(n, g, now)
 		}
-		return r.drainStep(ctx, s, n, g, now, next)
+		return r.drainStep(n, g, now, next)
 	}
-	return r.verifyStep(ctx, s, n, g, now, next)
+	return r.verifyStep(n, g, now, next)
+}
+
+// noteNeeded records when each node asking for a reboot was first seen
+// asking (the longest-waiting are approved first). It is bookkeeping, made
+// after the decisions: a thousand nodes asking at once must not hold up
+// the first approvals.
+func (r *Reconciler) noteNeeded(s *state, now time.Time) []*nodeWrite {
+	var writes []*nodeWrite
+	for _, name := range s.names() {
+		n, pn := s.nodes[name], s.planned[name]
+		if _, noted := n.Annotations[rebootv1.AnnotationNeededSince]; !pn.Needs() || pn.HoldsSlot() || noted {
+			continue
+		}
+		c := n.DeepCopy()
+		c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
+		writes = append(writes, &nodeWrite{orig: n, changed: c})
+	}
+	return writes
 }
 
 // approve gives a node a slot: it records the approval and the boot ID the
 // reboot must replace, cordons the node (noting that kubext did, so that it
-// uncordons only what it cordoned), and starts the drain.
-func (r *Reconciler) approve(ctx context.Context, s *state, name string, g group, now time.Time) error {
-	if err := r.markApproved(ctx, s, name, s.ledger.slots[name].Approval); err != nil {
-		return err
+// uncordons only what it cordoned), and, once that landed, starts the
+// drain.
+func (r *Reconciler) approve(s *state, name string, g group, now time.Time) *nodeWrite {
+	w := markApproved(s, name, s.ledger.slots[name].Approval, now)
+	w.landed = func() {
+		c := w.changed
+		delete(r.announced, name)
+		r.event(c, g, corev1.EventTypeNormal, EventApproved, "Approve",
+			"Marking node %s for reboot (group %s); cordoned, draining", name, g.name)
+		r.drains.start(name, c.Annotations[rebootv1.AnnotationInProgress], g.spec.Drain, drainTimeLeft(c, g, now))
 	}
-	c := s.nodes[name]
-	delete(r.announced, name)
-	r.event(c, g, corev1.EventTypeNormal, EventApproved, "Approve",
-		"Marking node %s for reboot (group %s); cordoned, draining", name, g.name)
-	r.drains.start(name, c.Annotations[rebootv1.AnnotationInProgress], g.spec.Drain, drainTimeLeft(c, g, now))
-	return nil
+	return w
 }
 
-// markApproved writes a granted approval to the node, conditional on the
-// resourceVersion the grant was decided from: the records the reboot must
-// replace the boot ID of, and the cordon (noted, so that kubext uncordons
-// only what it cordoned).
-func (r *Reconciler) markApproved(ctx context.Context, s *state, name, approval string) error {
+// markApproved is the write of a granted approval to the node, conditional
+// on the resourceVersion the grant was decided from: the records the
+// reboot must replace the boot ID of, and the cordon (noted, so that
+// kubext uncordons only what it cordoned). A node approved before its
+// request was noted gets its needed-since too.
+func markApproved(s *state, name, approval string, now time.Time) *nodeWrite {
 	n := s.nodes[name]
 	c := n.DeepCopy()
 	if c.Annotations == nil {
@@ -81,11 +95,14 @@ func (r *Reconciler) markApproved(ctx context.Context, s *state, name, approval 
 	c.Annotations[rebootv1.AnnotationInProgress] = approval
 	c.Annotations[rebootv1.AnnotationBootID] = n.Status.NodeInfo.BootID
 	delete(c.Annotations, rebootv1.AnnotationRetryAfter)
+	if _, noted := c.Annotations[rebootv1.AnnotationNeededSince]; !noted {
+		c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
+	}
 	if !c.Spec.Unschedulable {
 		c.Spec.Unschedulable = true
 		c.Annotations[rebootv1.AnnotationCordonedByUs] = "true"
 	}
-	return r.patchNode(ctx, s, n, c)
+	return &nodeWrite{orig: n, changed: c}
 }
 
 // drainTimeLeft is how long the drain of an approved node may still take:
@@ -101,50 +118,40 @@ func drainTimeLeft(n *corev1.Node, g group, now time.Time) time.Duration {
 // drainStep drives the drain of an approved node: start it (again, after a
 // controller restart), wait for it, then order the reboot or, when it timed
 // out, give the slot back and retry the node later.
-func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, next *deadlines) (time.Time, error) {
+func (r *Reconciler) drainStep(n *corev1.Node, g group, now time.Time, next *deadlines) *nodeWrite {
 	approval := n.Annotations[rebootv1.AnnotationInProgress]
 	res, known := r.drains.result(n.Name, approval)
 	switch {
 	case !known:
 		r.drains.start(n.Name, approval, g.spec.Drain, drainTimeLeft(n, g, now))
-		return time.Time{}, nil
+		return nil
 	case !res.finished:
-		return time.Time{}, nil
+		return nil
 	case res.err == nil:
-		if err := r.flushLedger(ctx, s); err != nil {
-			return time.Time{}, err
-		}
 		c := n.DeepCopy()
 		c.Annotations[rebootv1.AnnotationNow] = stamp(now)
-		if err := r.patchNode(ctx, s, n, c); err != nil {
-			return time.Time{}, err
-		}
-		r.drains.forget(n.Name)
-		drainSeconds.Observe(res.took.Seconds())
-		r.drainOutcome[g.name] = drainOutcome{node: n.Name, evicted: res.evicted}
-		r.event(c, g, corev1.EventTypeNormal, EventDrained, "Reboot",
-			"Node %s drained in %s; ordering its reboot", n.Name, res.took.Round(time.Millisecond))
 		next.at(now.Add(rebootTimeout(g.spec)))
-		return time.Time{}, nil
+		return &nodeWrite{orig: n, changed: c, order: true, landed: func() {
+			r.drains.forget(n.Name)
+			drainSeconds.Observe(res.took.Seconds())
+			r.drainOutcome[g.name] = drainOutcome{node: n.Name, evicted: res.evicted}
+			r.event(c, g, corev1.EventTypeNormal, EventDrained, "Reboot",
+				"Node %s drained in %s; ordering its reboot", n.Name, res.took.Round(time.Millisecond))
+		}}
 	default:
 		retryAt := now.Add(r.drains.backoff(n.Name))
-		if err := r.giveBack(ctx, s, n.Name); err != nil {
-			return time.Time{}, err
-		}
 		c := n.DeepCopy()
 		release(c)
 		c.Annotations[rebootv1.AnnotationRetryAfter] = stamp(retryAt)
-		if err := r.patchNode(ctx, s, n, c); err != nil {
-			return time.Time{}, err
-		}
-		r.drains.forget(n.Name)
-		drainTimeouts.WithLabelValues(g.name).Inc()
-		msg := fmt.Sprintf("Drain of node %s did not finish within %ds: %v; uncordoned, retrying after %s",
-			n.Name, g.spec.Drain.TimeoutSeconds, res.err, retryAt.UTC().Format(time.RFC3339))
-		r.drainOutcome[g.name] = drainOutcome{node: n.Name, blocked: msg}
-		r.event(c, g, corev1.EventTypeWarning, EventDrainTimedOut, "Drain", "%s", msg)
 		next.at(retryAt)
-		return now, nil
+		return &nodeWrite{orig: n, changed: c, giveBack: true, freed: now, group: g.name, landed: func() {
+			r.drains.forget(n.Name)
+			drainTimeouts.WithLabelValues(g.name).Inc()
+			msg := fmt.Sprintf("Drain of node %s did not finish within %ds: %v; uncordoned, retrying after %s",
+				n.Name, g.spec.Drain.TimeoutSeconds, res.err, retryAt.UTC().Format(time.RFC3339))
+			r.drainOutcome[g.name] = drainOutcome{node: n.Name, blocked: msg}
+			r.event(c, g, corev1.EventTypeWarning, EventDrainTimedOut, "Drain", "%s", msg)
+		}}
 	}
 }
 
@@ -154,20 +161,15 @@ func (r *Reconciler) drainStep(ctx context.Context, s *state, n *corev1.Node, g 
 // uncordoned if kubext cordoned it. Pods already evicted stay where they
 // were rescheduled. Once ordered, a reboot cannot be called back (the agent
 // may be rebooting the machine): it is verified as usual.
-func (r *Reconciler) withdraw(ctx context.Context, s *state, n *corev1.Node, g group) error {
-	if err := r.giveBack(ctx, s, n.Name); err != nil {
-		return err
-	}
+func (r *Reconciler) withdraw(n *corev1.Node, g group, now time.Time) *nodeWrite {
 	r.drains.forget(n.Name)
 	c := n.DeepCopy()
 	release(c)
 	delete(c.Annotations, rebootv1.AnnotationNeededSince)
-	if err := r.patchNode(ctx, s, n, c); err != nil {
-		return err
-	}
-	r.event(c, g, corev1.EventTypeNormal, EventCancelled, "Cancel",
-		"Reboot request for node %s withdrawn before the reboot was ordered: drain stopped, slot given back, node uncordoned if kubext had cordoned it", n.Name)
-	return nil
+	return &nodeWrite{orig: n, changed: c, giveBack: true, freed: now, group: g.name, landed: func() {
+		r.event(c, g, corev1.EventTypeNormal, EventCancelled, "Cancel",
+			"Reboot request for node %s withdrawn before the reboot was ordered: drain stopped, slot given back, node uncordoned if kubext had cordoned it", n.Name)
+	}}
 }
 
 // release takes a node out of its reboot before it was ordered: the slot is
@@ -185,7 +187,7 @@ func release(n *corev1.Node) {
 // verifyStep waits for an ordered reboot to show: a new boot ID and the node
 // Ready for the soak time. Then the reboot is done; a reboot that takes
 // longer than the group's timeout is marked failed but keeps its slot.
-func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, next *deadlines) (time.Time, error) {
+func (r *Reconciler) verifyStep(n *corev1.Node, g group, now time.Time, next *deadlines) *nodeWrite {
 	ordered, ok := annotationTime(n, rebootv1.AnnotationNow)
 	if !ok {
 		ordered = now // unparsable: measure from now rather than never
@@ -200,17 +202,19 @@ func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g
 		soakEnd = soakEnd.Add(soak(g.spec))
 		if now.Before(soakEnd) {
 			next.at(soakEnd)
-			return time.Time{}, nil
+			return nil
 		}
-		return soakEnd, r.complete(ctx, s, n, g, now, oldBoot, newBoot)
+		w := r.complete(n, g, now, oldBoot, newBoot)
+		w.freed = soakEnd
+		return w
 	}
 	timeout := rebootTimeout(g.spec)
 	if now.Sub(ordered) <= timeout {
 		next.at(ordered.Add(timeout + time.Millisecond))
-		return time.Time{}, nil
+		return nil
 	}
 	if _, marked := n.Annotations[rebootv1.AnnotationFailed]; marked {
-		return time.Time{}, nil
+		return nil
 	}
 	why := "boot ID unchanged"
 	if newBoot != oldBoot {
@@ -219,12 +223,10 @@ func (r *Reconciler) verifyStep(ctx context.Context, s *state, n *corev1.Node, g
 	c := n.DeepCopy()
 	c.Annotations[rebootv1.AnnotationFailed] = fmt.Sprintf("reboot ordered at %s did not complete within %s (%s)",
 		ordered.UTC().Format(time.RFC3339), timeout, why)
-	if err := r.patchNode(ctx, s, n, c); err != nil {
-		return time.Time{}, err
-	}
-	r.event(c, g, corev1.EventTypeWarning, EventStuck, "Verify", "Node %s: %s; it keeps its slot until it comes back",
-		n.Name, c.Annotations[rebootv1.AnnotationFailed])
-	return time.Time{}, nil
+	return &nodeWrite{orig: n, changed: c, landed: func() {
+		r.event(c, g, corev1.EventTypeWarning, EventStuck, "Verify", "Node %s: %s; it keeps its slot until it comes back",
+			n.Name, c.Annotations[rebootv1.AnnotationFailed])
+	}}
 }
 
 // backSince is when the node came back: the moment this controller first
@@ -250,10 +252,7 @@ func (r *Reconciler) backSince(n *corev1.Node, readySince, now time.Time) time.T
 
 // complete ends a verified reboot: uncordon if kubext cordoned, record the
 // time, clear the protocol's annotations (which frees the slot).
-func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) error {
-	if err := r.giveBack(ctx, s, n.Name); err != nil {
-		return err
-	}
+func (r *Reconciler) complete(n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) *nodeWrite {
 	c := n.DeepCopy()
 	release(c)
 	for _, k := range []string{rebootv1.AnnotationNeeded, rebootv1.AnnotationNeededSince,
@@ -261,18 +260,16 @@ func (r *Reconciler) complete(ctx context.Context, s *state, n *corev1.Node, g g
 		delete(c.Annotations, k)
 	}
 	c.Annotations[rebootv1.AnnotationRebootedAt] = stamp(now)
-	if err := r.patchNode(ctx, s, n, c); err != nil {
-		return err
-	}
-	r.drains.reset(n.Name)
-	delete(r.back, n.Name+"/"+n.Annotations[rebootv1.AnnotationInProgress])
-	if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {
-		rebootSeconds.Observe(now.Sub(approved).Seconds())
-	}
-	verified.WithLabelValues(g.name).Inc()
-	r.event(c, g, corev1.EventTypeNormal, EventVerified, "Verify",
-		"Reboot of node %s verified (boot ID %s -> %s, Ready for %s); slot freed", n.Name, short(oldBoot), short(newBoot), soak(g.spec))
-	return nil
+	return &nodeWrite{orig: n, changed: c, giveBack: true, group: g.name, landed: func() {
+		r.drains.reset(n.Name)
+		delete(r.back, n.Name+"/"+n.Annotations[rebootv1.AnnotationInProgress])
+		if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {
+			rebootSeconds.Observe(now.Sub(approved).Seconds())
+		}
+		verified.WithLabelValues(g.name).Inc()
+		r.event(c, g, corev1.EventTypeNormal, EventVerified, "Verify",
+			"Reboot of node %s verified (boot ID %s -> %s, Ready for %s); slot freed", n.Name, short(oldBoot), short(newBoot), soak(g.spec))
+	}}
 }
 
 func rebootTimeout(spec rebootv1.RebootGroupSpec) time.Duration {

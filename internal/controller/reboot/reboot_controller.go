@@ -153,15 +153,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	// First the nodes already in a reboot: finishing one frees its slot for
 	// the approvals below, in the same pass.
 	decision := rebootplan.Decide(s.snapshot(now))
+	var steps []*nodeWrite
 	for _, name := range s.names() {
-		g := s.groupOf(decision, name)
-		done, err := r.advance(ctx, s, name, g, now, next)
-		if err != nil {
-			return r.retry(ctx, err)
+		if w := r.advance(s, name, s.groupOf(decision, name), now, next); w != nil {
+			steps = append(steps, w)
 		}
-		if _, waiting := r.freed[g.name]; !done.IsZero() && !waiting {
-			r.freed[g.name] = done
-		}
+	}
+	if err := r.writeNodes(ctx, s, steps); err != nil {
+		return r.retry(ctx, err)
 	}
 	holders := s.slotHolders()
 	r.drains.forgetAllBut(holders)
@@ -185,15 +184,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			return r.retry(ctx, err)
 		}
 	}
+	approvals := make([]*nodeWrite, 0, len(decision.Approved))
 	for _, name := range decision.Approved {
 		g := s.groupOf(decision, name)
-		if err := r.approve(ctx, s, name, g, now); err != nil {
-			return r.retry(ctx, err)
+		w := r.approve(s, name, g, now)
+		landed := w.landed
+		w.landed = func() {
+			landed()
+			if t, ok := r.freed[g.name]; ok {
+				decisionSeconds.Observe(r.Now().Sub(t).Seconds())
+				delete(r.freed, g.name)
+			}
 		}
-		if t, ok := r.freed[g.name]; ok {
-			decisionSeconds.Observe(r.Now().Sub(t).Seconds())
-			delete(r.freed, g.name)
-		}
+		approvals = append(approvals, w)
+	}
+	if err := r.writeNodes(ctx, s, approvals); err != nil {
+		return r.retry(ctx, err)
 	}
 	// A freed slot no node can take now (none waits for the budget alone:
 	// nothing asks, the group is paused, halted, held by a gate or outside its
@@ -202,6 +208,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		if gd := decision.Group(name); gd == nil || len(gd.Waiting) == 0 || gd.Paused || gd.Halted || gd.Held != nil || !gd.InWindow {
 			delete(r.freed, name)
 		}
+	}
+	if err := r.writeNodes(ctx, s, r.noteNeeded(s, now)); err != nil {
+		return r.retry(ctx, err)
 	}
 	r.announce(s, decision)
 	if err := r.report(ctx, s, decision, now, next); err != nil {

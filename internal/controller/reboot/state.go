@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
@@ -195,17 +194,6 @@ func implicitDefault() rebootv1.RebootGroupSpec {
 		RebootTimeoutSeconds: int32(rebootplan.DefaultRebootTimeout / time.Second),
 		Drain:                rebootv1.DrainSpec{TimeoutSeconds: 1800, DeleteEmptyDirData: ptr.To(true)},
 	}
-}
-
-// patchNode writes the changes made to a copy of a node, conditional on the
-// resourceVersion it was read at, and keeps the stored result.
-func (r *Reconciler) patchNode(ctx context.Context, s *state, orig, changed *corev1.Node) error {
-	if err := r.Patch(ctx, changed, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("patching node %s: %w", orig.Name, err)
-	}
-	r.own.wrote(orig.ResourceVersion, changed)
-	s.setNode(changed)
-	return nil
 }
 
 // setNode records a node as the API server stores it, with its planner's

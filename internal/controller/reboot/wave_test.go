@@ -1,0 +1,222 @@
+package reboot
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
+)
+
+// writeLog records the writes a controller makes: "ledger" for the
+// approvals ledger, "node/NAME" for a node patch.
+type writeLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (w *writeLog) add(op string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops = append(w.ops, op)
+}
+
+// take returns the writes recorded since the last take.
+func (w *writeLog) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ops := w.ops
+	w.ops = nil
+	return ops
+}
+
+// TestAWaveIsWrittenTogether: the nodes of a group move in waves (a
+// maxUnavailable of 3 approves, and later releases, three nodes in one
+// reconcile). A wave's node patches are made together, not one after the
+// other, so one of them refused does not hold up the others: with
+// wave-2 changed by someone else between the decision and its patch,
+// wave-1 and wave-3 are approved and their drains started in the same
+// reconcile, which asks for a quick look again; the next approves wave-2.
+// When the wave's reboots are verified, the three slots are given back to
+// the ledger in one write, made before any of the three nodes is released
+// (the ledger's step 3: a node's slot is never gone from both the ledger
+// and the node while it is still in its reboot).
+func TestAWaveIsWrittenTogether(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	three := intstr.FromInt32(3)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "wave"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "wave"}}, MaxUnavailable: &three,
+		SoakSeconds: ptr.To[int32](0)}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"wave-1", "wave-2", "wave-3"}
+	for _, name := range nodes {
+		readyNode(t, c, name, "wave")
+		setAnnotations(t, c, name, map[string]string{rebootv1.AnnotationNeeded: "true"})
+	}
+
+	log := &writeLog{}
+	touch := map[string]bool{"wave-2": true} // changed once under the controller's first patch of it
+	var touchMu sync.Mutex
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recording := interceptor.NewClient(base, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				touchMu.Lock()
+				once := touch[obj.GetName()]
+				delete(touch, obj.GetName())
+				touchMu.Unlock()
+				if once {
+					setAnnotations(t, c, obj.GetName(), map[string]string{"test.kubext.io/touched": "true"})
+				}
+				log.add("node/" + obj.GetName())
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				log.add("ledger")
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				log.add("ledger")
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	r := rival(t, env, c)
+	r.Client = recording
+
+	res, err := r.Reconcile(ctx, rollout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != conflictRetry {
+		t.Errorf("after a refused node patch the controller looks again in %s, want %s", res.RequeueAfter, conflictRetry)
+	}
+	for _, name := range []string{"wave-1", "wave-3"} {
+		n := getNodeFrom(t, c, name)
+		approval := n.Annotations[rebootv1.AnnotationInProgress]
+		if approval == "" {
+			t.Fatalf("%s was not approved in the reconcile in which wave-2's patch was refused", name)
+		}
+		if _, started := r.drains.result(name, approval); !started {
+			t.Errorf("%s approved but its drain not started", name)
+		}
+	}
+	if approved(t, c, "wave-2") {
+		t.Fatal("wave-2 approved although its patch was made over a version someone else had changed")
+	}
+	if ops := log.take(); len(ops) == 0 || ops[0] != "ledger" || slices.Index(ops[1:], "ledger") >= 0 {
+		t.Fatalf("the wave's approvals were not granted in one ledger write made before the node patches: %v", ops)
+	}
+
+	// The next looks approve wave-2, and the drains (no pods) finish:
+	// every node's reboot is ordered.
+	eventuallyWithin(t, waitFor, "every node of the wave ordered to reboot", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		ordered := 0
+		for _, name := range nodes {
+			n := getNodeFrom(t, c, name)
+			if h := holdingSlots(t, c, "wave"); h > 3 {
+				return false, fmt.Errorf("%d nodes hold a slot with maxUnavailable 3", h)
+			}
+			if n.Annotations[rebootv1.AnnotationNow] != "" {
+				ordered++
+			}
+		}
+		return ordered == len(nodes), nil
+	})
+	// The three reboot (new boot ID, Ready) and are verified together.
+	for _, name := range nodes {
+		n := getNodeFrom(t, c, name)
+		n.Status.NodeInfo.BootID = "boot-" + name + "-after"
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.take()
+	if _, err := r.Reconcile(ctx, rollout); err != nil {
+		t.Fatal(err)
+	}
+	ops := log.take()
+	for _, name := range nodes {
+		if n := getNodeFrom(t, c, name); n.Annotations[rebootv1.AnnotationRebootedAt] == "" || rebootplan.NodeFrom(n).HoldsSlot() {
+			t.Fatalf("%s not released in the reconcile that verified its reboot: %v", name, n.Annotations)
+		}
+	}
+	want := []string{"ledger", "node/wave-1", "node/wave-2", "node/wave-3"}
+	got := slices.Clone(ops)
+	slices.Sort(got[min(1, len(got)):])
+	if !slices.Equal(got, want) {
+		t.Fatalf("releasing the wave wrote %v, want the ledger once and then each node once (%v)", ops, want)
+	}
+	l, err := r.readLedger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.slots) != 0 {
+		t.Fatalf("slots left in the ledger after the wave was released: %v", l.slots)
+	}
+}
+
+func setAnnotations(t *testing.T, c client.Client, name string, annotations map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getNodeFrom(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// holdingSlots counts the nodes of a pool that hold a slot.
+func holdingSlots(t *testing.T, c client.Client, pool string) int {
+	t.Helper()
+	list := &corev1.NodeList{}
+	if err := c.List(context.Background(), list, client.MatchingLabels{"pool": pool}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range list.Items {
+		if rebootplan.NodeFrom(&list.Items[i]).HoldsSlot() {
+			n++
+		}
+	}
+	return n
+}

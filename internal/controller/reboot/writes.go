@@ -1,0 +1,94 @@
+package reboot
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// parallelNodeWrites bounds the node patches one reconcile has in flight.
+// The steps of a rollout come in waves (a maxUnavailable of 50 releases and
+// approves up to 50 nodes in one reconcile); one patch after the other, the
+// last node of a wave waited for all the others' round trips — seconds at
+// 1,000 nodes — and every decision behind it too.
+const parallelNodeWrites = 16
+
+// nodeWrite is one change a reconcile makes to a node, and what follows
+// once it has landed.
+type nodeWrite struct {
+	// orig is the node as decided from; changed the same with the change
+	// made. The patch is conditional on orig's resourceVersion.
+	orig, changed *corev1.Node
+	// giveBack says the write clears the node's approval: its ledger slot
+	// is removed first (ledger.go, step 3).
+	giveBack bool
+	// order says the write orders the reboot: the ledger's unwritten
+	// confirmations are written first (ledger.go, flushLedger).
+	order bool
+	// freed is when the write frees the node's slot (zero: it does not).
+	freed time.Time
+	group string
+	// landed runs, in the reconcile's goroutine, once the write has landed.
+	landed func()
+}
+
+// writeNodes makes a reconcile's node writes: first the one ledger write
+// that gives back the slots of the nodes being released and carries the
+// confirmations an order needs, then every node patch, in parallel. A patch
+// refused (a node changed since it was read) does not stop the others; the
+// first error is returned once all have been made, and what landed is
+// recorded either way.
+func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWrite) error {
+	if len(writes) == 0 {
+		return nil
+	}
+	slots, changed := maps.Clone(s.ledger.slots), false
+	for _, w := range writes {
+		if _, held := slots[w.orig.Name]; w.giveBack && held {
+			delete(slots, w.orig.Name)
+			changed = true
+		}
+		changed = changed || w.order && s.ledger.unwritten
+	}
+	if changed {
+		if err := r.writeLedger(ctx, s.ledger, slots); err != nil {
+			return err
+		}
+	}
+
+	errs := make([]error, len(writes))
+	sem := make(chan struct{}, parallelNodeWrites)
+	var wg sync.WaitGroup
+	for i, w := range writes {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = r.Patch(ctx, w.changed, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{}))
+		})
+	}
+	wg.Wait()
+
+	var first error
+	for i, w := range writes {
+		if errs[i] != nil {
+			if first == nil {
+				first = fmt.Errorf("patching node %s: %w", w.orig.Name, errs[i])
+			}
+			continue
+		}
+		r.own.wrote(w.orig.ResourceVersion, w.changed)
+		s.setNode(w.changed)
+		if _, waiting := r.freed[w.group]; !w.freed.IsZero() && !waiting {
+			r.freed[w.group] = w.freed
+		}
+		if w.landed != nil {
+			w.landed()
+		}
+	}
+	return first
+}
