@@ -10,16 +10,19 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -39,7 +42,19 @@ type Reconciler struct {
 	// AWS says whether the manager runs the aws provider; without it, pools
 	// with provider aws are not Ready (ProviderNotSupported).
 	AWS bool
+	// CountPeriod is how long a reservation, release or attachment waits
+	// before the pool's counts are written (DefaultCountPeriod when zero):
+	// all that happen meanwhile share one status write.
+	CountPeriod time.Duration
 }
+
+// DefaultCountPeriod batches the writes of a pool's counts. Ten thousand
+// IPs claimed at once would otherwise write the pool's status once per
+// reservation and per attachment, and every ip-agent of the cluster
+// watches the pools (for their nodeSelectors): a thousand agents decoding
+// each of those writes. The counts are at most this much behind; a change
+// to the pool itself is reconciled at once.
+const DefaultCountPeriod = time.Second
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools/status,verbs=get;patch
@@ -194,13 +209,42 @@ func setCondition(pool *ipv1.IPPool, c metav1.Condition) {
 // pool changes (overlaps).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.Recorder = eventlog.Wrap(r.Recorder, mgr.GetLogger().WithValues("controller", "ippool"))
+	if r.CountPeriod == 0 {
+		r.CountPeriod = DefaultCountPeriod
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ippool").
 		For(&ipv1.IPPool{}).
-		Watches(&networkingv1.IPAddress{}, handler.EnqueueRequestsFromMapFunc(addressToPool)).
+		Watches(&networkingv1.IPAddress{}, after(r.CountPeriod, addressToPool)).
 		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools)).
-		Watches(&ipv1.IP{}, handler.EnqueueRequestsFromMapFunc(ipToPool), builder.WithPredicates(fallbackChanged)).
+		Watches(&ipv1.IP{}, after(r.CountPeriod, ipToPool), builder.WithPredicates(fallbackChanged)).
 		Complete(r)
+}
+
+// after enqueues the pools mapFn names once period has passed: the events
+// of that period are one reconcile (the queue keeps one entry per pool,
+// due at the earliest time asked).
+func after(period time.Duration, mapFn handler.MapFunc) handler.EventHandler {
+	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range mapFn(ctx, o) {
+			q.AddAfter(req, period)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectOld, q)
+			add(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+	}
 }
 
 func addressToPool(_ context.Context, o client.Object) []reconcile.Request {

@@ -2,6 +2,7 @@ package ippool
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -277,4 +279,47 @@ func reconciles(g *WithT) float64 {
 		}
 	}
 	return total
+}
+
+// Forty addresses reserved at once (forty claimants scheduled together) are
+// counted in a few writes of the pool's status, not one each: every
+// ip-agent of the cluster watches the pools, and a thousand agents decode
+// every write. The counts follow within DefaultCountPeriod.
+func TestBurstOfReservationsSharesStatusWrites(t *testing.T) {
+	f := newFixture(t)
+	pool := f.pool(f.name("burst"), "198.51.100.64/26")
+	f.G.Eventually(f.status(pool), testenv.WaitFor).Should(Equal(ready(62, 0, 62, "0 of 62 addresses allocated")))
+	w, err := watcher.Watch(f.Ctx, &ipv1.IPPoolList{}, client.MatchingFields{"metadata.name": pool},
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: f.get(pool).ResourceVersion}})
+	f.G.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+
+	const burst = 40
+	start := time.Now()
+	for i := range burst {
+		f.reserve(fmt.Sprintf("198.51.100.%d", 65+i), pool, fmt.Sprintf("ip-%d", i))
+	}
+	took := time.Since(start)
+	writes := 0
+	deadline := time.After(testenv.WaitFor)
+	for counted := int32(0); counted < burst; {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch of the pool ended")
+			}
+			if e.Type == watch.Modified {
+				writes++
+				counted = e.Object.(*ipv1.IPPool).Status.Allocated
+			}
+		case <-deadline:
+			t.Fatalf("the pool's status did not count the %d reservations within %s", burst, testenv.WaitFor)
+		}
+	}
+	// One write per period while reservations keep coming, and the last.
+	if most := int(took/DefaultCountPeriod) + 2; writes > most {
+		t.Fatalf("%d reservations made in %s were counted in %d writes of the pool's status; want at most %d (one per %s)",
+			burst, took.Round(time.Millisecond), writes, most, DefaultCountPeriod)
+	}
+	t.Logf("%d reservations made in %s counted in %d status writes", burst, took.Round(time.Millisecond), writes)
 }

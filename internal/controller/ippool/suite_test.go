@@ -15,6 +15,8 @@ import (
 
 var (
 	k8s client.Client // direct, uncached
+	// watcher watches, for tests that count writes.
+	watcher client.WithWatch
 	// binding is the ValidatingAdmissionPolicyBinding of
 	// config/policy/ippool-delete.yaml, without server-set metadata.
 	binding = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
@@ -30,6 +32,9 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		return (&Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ippool")}).SetupWithManager(mgr)
 	}, ipv1.AddToScheme)
 	if err != nil {
+		return err
+	}
+	if watcher, err = client.NewWithWatch(env.Config, client.Options{Scheme: k8s.Scheme()}); err != nil {
 		return err
 	}
 	// The admission policy, as `make deploy` installs it; the binding is kept
