@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 )
 
@@ -105,7 +106,7 @@ func (b *bench) latencies(ctx context.Context, m *lab.Manager, n int) (lat recon
 	if nc > len(b.consumers) || nr > len(b.redis) {
 		return lat, fmt.Errorf("%d changes need %d PulsarConsumers and %d Redis", n, nc, nr)
 	}
-	before, err := scrape(ctx, m.MetricsURL)
+	before, err := stats.Scrape(ctx, m.MetricsURL)
 	if err != nil {
 		return lat, err
 	}
@@ -134,7 +135,7 @@ func (b *bench) latencies(ctx context.Context, m *lab.Manager, n int) (lat recon
 			lat.redis = append(lat.redis, d)
 		}
 	}
-	after, err := scrape(ctx, m.MetricsURL)
+	after, err := stats.Scrape(ctx, m.MetricsURL)
 	if err != nil {
 		return lat, err
 	}

@@ -3,21 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 )
 
@@ -62,7 +60,7 @@ func (b *bench) countWrites(ctx context.Context, m *lab.Manager, holder string, 
 	}
 	time.Sleep(700 * time.Millisecond)
 	at := time.Now()
-	fams, err := scrape(ctx, m.MetricsURL)
+	fams, err := stats.Scrape(ctx, m.MetricsURL)
 	if err != nil {
 		return writeCount{}, err
 	}
@@ -106,7 +104,7 @@ func (b *bench) resync(ctx context.Context, old *lab.Manager, oldHolder string, 
 	}
 	want := map[string]int{"pulsarconsumer": len(b.consumers), "redis": len(b.redis)}
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		fams, err := scrape(ctx, m.MetricsURL)
+		fams, err := stats.Scrape(ctx, m.MetricsURL)
 		if err != nil {
 			return false, err
 		}
@@ -132,7 +130,7 @@ func (b *bench) resync(ctx context.Context, old *lab.Manager, oldHolder string, 
 		return nil, res, err
 	}
 	res.window = time.Since(start)
-	fams, err := scrape(ctx, m.MetricsURL)
+	fams, err := stats.Scrape(ctx, m.MetricsURL)
 	if err != nil {
 		return nil, res, err
 	}
@@ -140,25 +138,6 @@ func (b *bench) resync(ctx context.Context, old *lab.Manager, oldHolder string, 
 		res.reconciles[name] = int(sum(fams, "controller_runtime_reconcile_total", map[string]string{"controller": name}))
 	}
 	return m, res, nil
-}
-
-func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reading the manager's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("reading the manager's metrics: %s", resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(resp.Body)
 }
 
 // value is a counter's or gauge's value.

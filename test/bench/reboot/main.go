@@ -199,6 +199,9 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 		total.Seconds(), nodes, nodes, maxUnavailable, downtime, soak, ideal.Seconds(), overhead)
 	fmt.Printf("decision latency, soak over -> next node approved (s): p50 %.3f  p99 %.3f  over %d hand-overs\n", p50, p99, len(lat))
 	printSteps(obs, l.Nodes, downtime, soak)
+	if err := printControllerView(ctx, m.MetricsURL); err != nil {
+		fmt.Printf("the controller's own view: %v\n", err)
+	}
 	fmt.Printf("rebooted exactly once: %d of %d; most unavailable at once: %d (budget %d)\n", once, nodes, maxSeen, maxUnavailable)
 	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
 		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
