@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
@@ -214,12 +216,22 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ippool").
-		For(&ipv1.IPPool{}).
+		For(&ipv1.IPPool{}, builder.WithPredicates(notStatusOnly)).
 		Watches(&networkingv1.IPAddress{}, after(r.CountPeriod, addressToPool)).
-		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools)).
+		Watches(&ipv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.allPools), builder.WithPredicates(notStatusOnly)).
 		Watches(&ipv1.IP{}, after(r.CountPeriod, ipToPool), builder.WithPredicates(fallbackChanged)).
 		Complete(r)
 }
+
+// notStatusOnly drops the pool updates that change nothing but its status:
+// the status is this controller's own write, and a reconcile at each of
+// them would write the counts again at once, undoing CountPeriod.
+var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	return o.GetGeneration() != n.GetGeneration() || !o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+		!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) || !maps.Equal(o.GetLabels(), n.GetLabels()) ||
+		!maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+}}
 
 // after enqueues the pools mapFn names once period has passed: the events
 // of that period are one reconcile (the queue keeps one entry per pool,
