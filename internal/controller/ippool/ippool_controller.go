@@ -44,9 +44,9 @@ type Reconciler struct {
 	// AWS says whether the manager runs the aws provider; without it, pools
 	// with provider aws are not Ready (ProviderNotSupported).
 	AWS bool
-	// CountPeriod is how long a reservation, release or attachment waits
-	// before the pool's counts are written (DefaultCountPeriod when zero):
-	// all that happen meanwhile share one status write.
+	// CountPeriod is how long a reservation or attachment waits before
+	// the pool's counts are written (DefaultCountPeriod when zero): all that
+	// happen meanwhile share one status write. Releases are counted at once.
 	CountPeriod time.Duration
 }
 
@@ -54,8 +54,8 @@ type Reconciler struct {
 // IPs claimed at once would otherwise write the pool's status once per
 // reservation and per attachment, and every ip-agent of the cluster
 // watches the pools (for their nodeSelectors): a thousand agents decoding
-// each of those writes. The counts are at most this much behind; a change
-// to the pool itself is reconciled at once.
+// each of those writes. The counts are at most this much behind; a release
+// and a change to the pool itself are reconciled at once.
 const DefaultCountPeriod = time.Second
 
 // +kubebuilder:rbac:groups=ip.kubext.io,resources=ippools,verbs=get;list;watch;patch
@@ -233,28 +233,31 @@ var notStatusOnly = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		!maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 }}
 
-// after enqueues the pools mapFn names once period has passed: the events
-// of that period are one reconcile (the queue keeps one entry per pool,
-// due at the earliest time asked).
+// after enqueues the pools mapFn names once period has passed: the
+// reservations and attachments of that period are one reconcile (the queue
+// keeps one entry per pool, due at the earliest time asked). A release is
+// counted at once: a pool is deleted only once its count is zero (the
+// ippool-in-use admission policy), and whoever deletes a pool's last IPs
+// deletes the pool next.
 func after(period time.Duration, mapFn handler.MapFunc) handler.EventHandler {
-	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	add := func(ctx context.Context, o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], wait time.Duration) {
 		for _, req := range mapFn(ctx, o) {
-			q.AddAfter(req, period)
+			q.AddAfter(req, wait)
 		}
 	}
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, period)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.ObjectOld, q)
-			add(ctx, e.ObjectNew, q)
+			add(ctx, e.ObjectOld, q, period)
+			add(ctx, e.ObjectNew, q, period)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, 0)
 		},
 		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			add(ctx, e.Object, q)
+			add(ctx, e.Object, q, period)
 		},
 	}
 }

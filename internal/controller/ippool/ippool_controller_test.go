@@ -13,9 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/testenv"
@@ -350,6 +352,47 @@ func TestOwnStatusWriteIsNoEvent(t *testing.T) {
 		tc.change(n)
 		if got := notStatusOnly.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: n}); got != tc.want {
 			t.Errorf("%s: reconcile = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// queueRecorder is a work queue that records what is added and after how
+// long.
+type queueRecorder struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	added map[string]time.Duration
+}
+
+func (q *queueRecorder) Add(r reconcile.Request) { q.AddAfter(r, 0) }
+func (q *queueRecorder) AddAfter(r reconcile.Request, d time.Duration) {
+	q.added[r.Name] = d
+}
+
+// Reservations and attachments are counted after DefaultCountPeriod;
+// a release at once, so that a pool whose last IP is gone can be deleted
+// at once (the ippool-in-use policy reads the count).
+func TestReleasesAreCountedAtOnce(t *testing.T) {
+	h := after(DefaultCountPeriod, addressToPool)
+	a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "198.51.100.7", Labels: map[string]string{ipv1.LabelPool: "p"}}}
+	for _, tc := range []struct {
+		name string
+		send func(q workqueue.TypedRateLimitingInterface[reconcile.Request])
+		want time.Duration
+	}{
+		{"reservation", func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(t.Context(), event.CreateEvent{Object: a}, q)
+		}, DefaultCountPeriod},
+		{"change", func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(t.Context(), event.UpdateEvent{ObjectOld: a, ObjectNew: a}, q)
+		}, DefaultCountPeriod},
+		{"release", func(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(t.Context(), event.DeleteEvent{Object: a}, q)
+		}, 0},
+	} {
+		q := &queueRecorder{added: map[string]time.Duration{}}
+		tc.send(q)
+		if got, ok := q.added["p"]; !ok || got != tc.want {
+			t.Errorf("%s: pool p enqueued %v after %s, want after %s", tc.name, ok, got, tc.want)
 		}
 	}
 }
