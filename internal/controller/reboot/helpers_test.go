@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
@@ -352,4 +353,73 @@ func ledgerSlots(ctx context.Context) (map[string]slot, error) {
 	}
 	slots := map[string]slot{}
 	return slots, json.Unmarshal([]byte(cm.Data[ledgerKey]), &slots)
+}
+
+// setAnnotations merges annotations into a node.
+func setAnnotations(t *testing.T, c client.Client, name string, annotations map[string]string) {
+	t.Helper()
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getNodeFrom(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// holdingSlots counts the nodes of a pool that hold a slot.
+func holdingSlots(t *testing.T, c client.Client, pool string) int {
+	t.Helper()
+	list := &corev1.NodeList{}
+	if err := c.List(context.Background(), list, client.MatchingLabels{"pool": pool}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range list.Items {
+		if rebootplan.NodeFrom(&list.Items[i]).HoldsSlot() {
+			n++
+		}
+	}
+	return n
+}
+
+// askSince makes a node ask for a reboot, as having asked at since.
+func askSince(t *testing.T, c client.Client, name string, since time.Time) {
+	t.Helper()
+	setAnnotations(t, c, name, map[string]string{
+		rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since.UTC().Format(time.RFC3339)})
+}
+
+// stallBeforeGrant starts one reconcile of a in the background and
+// returns once a has decided to approve node and stalls before its grant,
+// as a paused leader would. resume lets it go on; done reports its end.
+func stallBeforeGrant(t *testing.T, a *Reconciler, node string) (resume func(), done <-chan error) {
+	t.Helper()
+	stalled, resumed := make(chan struct{}), make(chan struct{})
+	a.beforeGrant = func() {
+		a.beforeGrant = nil // stall once
+		close(stalled)
+		<-resumed
+	}
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Reconcile(t.Context(), rollout)
+		aDone <- err
+	}()
+	select {
+	case <-stalled:
+	case err := <-aDone:
+		t.Fatalf("controller A finished without deciding to approve %s: %v", node, err)
+	}
+	return func() { close(resumed) }, aDone
 }

@@ -2,13 +2,11 @@ package reboot
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,13 +61,7 @@ func TestLaggingCacheCannotApprovePastTheBudget(t *testing.T) {
 	for _, name := range []string{"lag-1", "lag-2"} {
 		readyNode(t, c, name, "lag")
 	}
-	ask := func(name string, since time.Time) {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since.UTC().Format(time.RFC3339)}}})
-		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ask := func(name string, since time.Time) { askSince(t, c, name, since) }
 	// The ledger exists already (as after any earlier reboot), so that
 	// A's grant is an update, whose precondition is the resourceVersion
 	// read, not a create that any existing ledger refuses.
@@ -81,22 +73,7 @@ func TestLaggingCacheCannotApprovePastTheBudget(t *testing.T) {
 
 	a, b := rival(t, env, c), rival(t, env, c)
 	a.NodeReader = freezeNodes(t, c) // lag-2 asks, nothing approved: all A will ever see
-	stalled, resume := make(chan struct{}), make(chan struct{})
-	a.beforeGrant = func() {
-		a.beforeGrant = nil // stall once
-		close(stalled)
-		<-resume
-	}
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := a.Reconcile(ctx, rollout)
-		aDone <- err
-	}()
-	select {
-	case <-stalled:
-	case err := <-aDone:
-		t.Fatalf("controller A finished without deciding to approve lag-2: %v", err)
-	}
+	resume, aDone := stallBeforeGrant(t, a, "lag-2")
 
 	// lag-1 asks, having waited longer; B approves it and, its drain
 	// finished (no pods), orders its reboot.
@@ -120,7 +97,7 @@ func TestLaggingCacheCannotApprovePastTheBudget(t *testing.T) {
 	}
 
 	holding := func() int { return holdingSlots(t, c, "lag") }
-	close(resume)
+	resume()
 	if err := <-aDone; err != nil {
 		t.Fatal(err)
 	}

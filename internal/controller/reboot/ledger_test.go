@@ -58,32 +58,11 @@ func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
 	for _, name := range []string{"race-1", "race-2"} {
 		readyNode(t, c, name, "race")
 	}
-	ask := func(name string, since time.Time) {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since.UTC().Format(time.RFC3339)}}})
-		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ask := func(name string, since time.Time) { askSince(t, c, name, since) }
 	ask("race-2", time.Now().Add(-time.Hour))
 
 	a, b := rival(t, env, c), rival(t, env, c)
-	stalled, resume := make(chan struct{}), make(chan struct{})
-	a.beforeGrant = func() {
-		a.beforeGrant = nil // stall once
-		close(stalled)
-		<-resume
-	}
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := a.Reconcile(ctx, rollout)
-		aDone <- err
-	}()
-	select {
-	case <-stalled:
-	case err := <-aDone:
-		t.Fatalf("controller A finished without deciding to approve race-2: %v", err)
-	}
+	resume, aDone := stallBeforeGrant(t, a, "race-2")
 
 	ask("race-1", time.Now().Add(-2*time.Hour))
 	if _, err := b.Reconcile(ctx, rollout); err != nil {
@@ -92,7 +71,7 @@ func TestStalledLeaderCannotApprovePastTheBudget(t *testing.T) {
 	if !approved(t, c, "race-1") {
 		t.Fatal("controller B did not approve race-1, the node that waited longest")
 	}
-	close(resume)
+	resume()
 	if err := <-aDone; err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package reboot
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -182,41 +180,4 @@ func TestAWaveIsWrittenTogether(t *testing.T) {
 	if len(l.slots) != 0 {
 		t.Fatalf("slots left in the ledger after the wave was released: %v", l.slots)
 	}
-}
-
-func setAnnotations(t *testing.T, c client.Client, name string, annotations map[string]string) {
-	t.Helper()
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := c.Patch(context.Background(), n, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func getNodeFrom(t *testing.T, c client.Client, name string) *corev1.Node {
-	t.Helper()
-	n := &corev1.Node{}
-	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// holdingSlots counts the nodes of a pool that hold a slot.
-func holdingSlots(t *testing.T, c client.Client, pool string) int {
-	t.Helper()
-	list := &corev1.NodeList{}
-	if err := c.List(context.Background(), list, client.MatchingLabels{"pool": pool}); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for i := range list.Items {
-		if rebootplan.NodeFrom(&list.Items[i]).HoldsSlot() {
-			n++
-		}
-	}
-	return n
 }
