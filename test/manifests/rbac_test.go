@@ -37,7 +37,7 @@ var managerGrants = []grant{
 	{"policy", "poddisruptionbudgets", "", []string{"list"}, "reboot controller: names the budget that blocks a drain"},
 	{"reboot.kubext.io", "rebootgroups", "", []string{"get", "list", "watch"}, "reboot controller"},
 	{"reboot.kubext.io", "rebootgroups/status", "", []string{"get", "patch"}, "reboot controller"},
-	{"", "configmaps", "kubext-reboot-ledger", []string{"get", "update"}, "reboot controller: the approvals ledger, by name"},
+	{"", "configmaps", "kubext-reboot-ledger", []string{"get", "list", "watch", "update"}, "reboot controller: the approvals ledger, by name (list and watch with a metadata.name field selector: its cache)"},
 	{"", "configmaps", "", []string{"create"}, "reboot controller: creates the ledger (create cannot be limited to a name; namespaced Role)"},
 	// Static IPs.
 	{"", "pods", "", []string{"get", "list", "watch"}, "ip controller (holders), redis (members), reboot drain"},

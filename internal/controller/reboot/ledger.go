@@ -30,7 +30,7 @@ import (
 //     write conditional on the resourceVersion the decision read (Create
 //     when there is none yet); only then are the nodes patched. A decision
 //     made from a ledger that anyone has changed since is refused with a
-//     conflict and made again from a fresh read. Any two grants are
+//     conflict and made again from a new read. Any two grants are
 //     therefore ordered, and each was decided knowing every slot granted
 //     before it.
 //  2. Count: a decision counts a node as holding a slot when its
@@ -40,6 +40,9 @@ import (
 //     a node whose slot is being given back is ever missed.
 //  3. Give back: the ledger entry is removed before the node's annotations
 //     are cleared (the node still counts through its annotations meanwhile).
+//     The ledger is written even when the version read holds no entry for
+//     the node: that write's precondition is what shows none was granted
+//     meanwhile.
 //  4. Repair: a granted slot whose node shows no approval is either a node
 //     patch still on its way or one that never will land. Each entry keeps
 //     the node's resourceVersion at the grant: while the node still has it,
@@ -51,26 +54,37 @@ import (
 //     its annotations — keeps its slot until the group's reboot timeout.
 //     The confirmation is written with the next ledger write, and at the
 //     latest before the node's reboot is ordered (until then a node that
-//     vanishes is not down for kubext's reboot).
+//     vanishes is not down for kubext's reboot); an order whose approval
+//     the ledger as read does not hold writes the slot, confirmed, first.
 //
-// Reading from the cache. Decisions take the nodes from the informer
-// cache, which may lag the API server by the watch's delay; the ledger and
-// the groups are read fresh on every decision. What this cannot break:
+// Reading from a cache. Decisions take the nodes, the groups and the
+// ledger from informer caches, which may lag the API server by the
+// watch's delay (the ledger has one of its own, of that one ConfigMap).
+// What this cannot break:
 //
 //   - Every slot kubext holds is in the ledger from before its node patch
 //     until after its node is released (steps 1 and 3), and step 2 counts
-//     every ledger slot whatever the cached node shows. So the count of
-//     kubext's own slots is exact as of the ledger's read, and a grant
-//     made after someone else's change to the ledger is refused by the
-//     precondition (step 1). A cache that has not seen an approval, a
-//     release or a grant of another leader can make a decision approve
-//     less, never more.
+//     every slot of the ledger as read whatever the cached node shows. A
+//     ledger read from a cache may lack a slot granted since (by another
+//     leader, or a paused ex-leader), but a decision only ever adds a slot
+//     through a grant, a write conditional on the ledger's resourceVersion
+//     as read, which the API server refuses once anyone has written the
+//     ledger since. So every grant that lands was decided from the ledger
+//     as it is when the grant lands: exact, where a fresh read would be
+//     stale the moment it returns. A stale ledger costs a conflict and a
+//     quick look again (the controller's own writes are overlaid on the
+//     cache, own.go, so it is never its own staleness), never a slot.
+//   - A cache that has not seen an approval, a release or a grant of
+//     another leader can make a decision approve less, never more.
 //   - Every node patch is conditional on the version the decision read:
 //     a stale node (a request withdrawn, a node gone NotReady or cordoned
 //     since) makes the patch a conflict and the decision is made again.
 //   - Step 4 never drops a grant on the cache's word: a node that does
 //     not show its grant and is not at the version granted is read fresh
 //     first (the cache may be behind the version another leader granted).
+//   - A group's spec may lag a user's change by the watch's delay (a
+//     lowered maxUnavailable counts from the reconcile its watch event
+//     brings), as it would lag any read made just before the change.
 //
 // What a stale cache can still do: count as available a node that became
 // unavailable for reasons outside kubext (NotReady, cordoned by someone
@@ -83,10 +97,11 @@ import (
 // that fail by themselves. The outside watch of make bench-reboot samples
 // the sum of both and finds it within the budget.
 //
-// The controller also remembers the nodes as it last wrote them until the
-// cache shows them (own.go), so that its next decision is not made from
-// the version before its own write; that memory only ever returns a newer
-// version of a node and is not part of the argument above.
+// The controller also remembers the nodes, groups and ledger as it last
+// wrote them until the cache shows them (own.go), so that its next
+// decision is not made from the version before its own write; that memory
+// only ever returns a newer version of an object and is not part of the
+// argument above.
 //
 // What the ledger does not cover: nodes unavailable for other reasons
 // (NotReady, cordoned by someone else) are read from the nodes as before;
@@ -114,15 +129,22 @@ type ledger struct {
 	unwritten bool
 }
 
-// readLedger reads the ledger from the API server (never from a cache).
+// readLedger reads the ledger from LedgerReader (a cache of it, as a
+// rule), overlaid with this controller's own last write.
 func (r *Reconciler) readLedger(ctx context.Context) (*ledger, error) {
 	cm := &corev1.ConfigMap{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: r.LedgerNamespace, Name: r.LedgerName}, cm)
-	if apierrors.IsNotFound(err) {
-		return &ledger{slots: map[string]slot{}}, nil
-	}
-	if err != nil {
+	err := r.ledgerReader().Get(ctx, types.NamespacedName{Namespace: r.LedgerNamespace, Name: r.LedgerName}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		created, ok := r.ownLedger.created(r.LedgerName)
+		if !ok {
+			return &ledger{slots: map[string]slot{}}, nil
+		}
+		cm = created
+	case err != nil:
 		return nil, fmt.Errorf("reading the reboot ledger %s/%s: %w", r.LedgerNamespace, r.LedgerName, err)
+	default:
+		cm = r.ownLedger.view(cm)
 	}
 	slots, err := rebootv1.ParseLedger(cm.Data)
 	if err != nil {
@@ -134,7 +156,8 @@ func (r *Reconciler) readLedger(ctx context.Context) (*ledger, error) {
 }
 
 // writeLedger replaces the ledger's slots, conditional on the version read;
-// a conflict means someone else granted or gave back a slot meanwhile.
+// a conflict means someone else granted or gave back a slot meanwhile (or
+// the ledger was read from a cache that had not seen the last write yet).
 func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[string]slot) error {
 	data, err := json.Marshal(slots)
 	if err != nil {
@@ -152,6 +175,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 			}
 			return fmt.Errorf("creating the reboot ledger: %w", err)
 		}
+		r.ownLedger.wrote("", cm)
 		l.object, l.slots, l.unwritten = cm, slots, false
 		return nil
 	}
@@ -163,8 +187,14 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 	// Update carries the resourceVersion read: the API server refuses it
 	// if the ledger changed since.
 	if err := r.Update(ctx, cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Deleted since it was read: decide again from nothing.
+			r.ownLedger.forget(r.LedgerName)
+			return apierrors.NewConflict(corev1.Resource("configmaps"), r.LedgerName, err)
+		}
 		return fmt.Errorf("updating the reboot ledger: %w", err)
 	}
+	r.ownLedger.wrote(l.object.ResourceVersion, cm)
 	l.object, l.slots, l.unwritten = cm, slots, false
 	return nil
 }
@@ -175,9 +205,10 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 // the Node is gone.
 func (r *Reconciler) grant(ctx context.Context, s *state, decision rebootplan.Decision, now time.Time) error {
 	slots := maps.Clone(s.ledger.slots)
+	groups := s.groupsOf(decision)
 	for _, name := range decision.Approved {
 		n := s.nodes[name]
-		slots[name] = slot{Group: s.groupOf(decision, name).name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
+		slots[name] = slot{Group: groups.of(name).name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
 			ControlPlane: decision.IsControlPlane(name)}
 	}
 	return r.writeLedger(ctx, s.ledger, slots)

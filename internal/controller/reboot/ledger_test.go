@@ -370,3 +370,39 @@ func TestTwoLeadersNeverExceedTheBudget(t *testing.T) {
 	}
 	t.Logf("%d nodes rebooted by two controllers, at most %d at once (budget %d)", nodes, most, budget)
 }
+
+// An approval the ledger as read does not hold (a ledger cache behind
+// another leader's grant; an approval made before the ledger existed) is
+// not ordered until the ledger holds its slot, confirmed: the order's
+// ledger write adds it. Without that, the node would reboot with no slot
+// that outlives it (deleted while down, it would free its slot at once)
+// and its agent would refuse the order as untraced.
+func TestOrderWritesTheSlotTheLedgerLacks(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	one := intstr.FromInt32(1)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "adopt"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "adopt"}}, MaxUnavailable: &one}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	readyNode(t, c, "adopt-1", "adopt")
+	approval := stamp(time.Now().Add(-time.Minute))
+	setAnnotations(t, c, "adopt-1", map[string]string{rebootv1.AnnotationNeeded: "true",
+		rebootv1.AnnotationInProgress: approval, rebootv1.AnnotationBootID: "boot-adopt-1"})
+	a := rival(t, env, c)
+	eventuallyWithin(t, waitFor, "adopt-1's reboot ordered", func() (bool, error) {
+		if _, err := a.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return getNodeFrom(t, c, "adopt-1").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	l, err := a.readLedger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, held := l.slots["adopt-1"]
+	if !held || !sl.Confirmed || sl.Approval != approval || sl.Group != "adopt" {
+		t.Fatalf("adopt-1 was ordered to reboot without its confirmed slot in the ledger: %+v", l.slots)
+	}
+}

@@ -1,6 +1,8 @@
 package reboot
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -37,6 +39,13 @@ var (
 		Help:    "Time from a slot becoming free (a node's soak ending, a drain timing out, a request withdrawn) to the next node of the group being approved, across reconciles; a slot nothing can take at once (no node waiting, paused, gate held, outside the window) is not counted.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2, 5},
 	})
+	// phaseSeconds splits a reconcile's time: what a slow rollout of a
+	// large cluster spends its controller's single worker on.
+	phaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "kubext_reboot_reconcile_phase_seconds",
+		Help:    "Time a reboot reconcile spent in each phase: read (nodes from the cache, groups and ledger from the API server), repair (the ledger against the nodes), advance (the steps of nodes holding a slot, and their writes), gates, grant (deciding and the ledger write), approve (the approvals' node writes), note (needed-since bookkeeping), report (Events and group status).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"phase"})
 	drainTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubext_reboot_drain_timeouts_total",
 		Help: "Drains that did not finish within drain.timeoutSeconds, by group.",
@@ -49,5 +58,17 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(nodesNeeding, nodesInProgress, nodesUnavailable, nodesWaiting,
-		rebootSeconds, drainSeconds, decisionSeconds, drainTimeouts, verified)
+		rebootSeconds, drainSeconds, decisionSeconds, phaseSeconds, drainTimeouts, verified)
+}
+
+// phaseClock observes each phase of a reconcile as it ends.
+type phaseClock struct{ last time.Time }
+
+func startPhases() *phaseClock { return &phaseClock{last: time.Now()} }
+
+// done observes the time since the previous phase ended.
+func (p *phaseClock) done(phase string) {
+	now := time.Now()
+	phaseSeconds.WithLabelValues(phase).Observe(now.Sub(p.last).Seconds())
+	p.last = now
 }

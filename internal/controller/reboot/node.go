@@ -2,6 +2,8 @@ package reboot
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,7 +133,7 @@ func (r *Reconciler) drainStep(n *corev1.Node, g group, now time.Time, next *dea
 		c := n.DeepCopy()
 		c.Annotations[rebootv1.AnnotationNow] = stamp(now)
 		next.at(now.Add(rebootTimeout(g.spec)))
-		return &nodeWrite{orig: n, changed: c, order: true, landed: func() {
+		return &nodeWrite{orig: n, changed: c, order: true, group: g.name, landed: func() {
 			r.drains.forget(n.Name)
 			drainSeconds.Observe(res.took.Seconds())
 			r.drainOutcome[g.name] = drainOutcome{node: n.Name, evicted: res.evicted}
@@ -229,13 +231,19 @@ func (r *Reconciler) verifyStep(n *corev1.Node, g group, now time.Time, next *de
 	}}
 }
 
-// backSince is when the node came back: the moment this controller first
-// saw it Ready with its new boot ID, or, when it did not (it just took
-// over), the Ready condition's transition time, which is stored to the
-// second: rounded up so that the soak is never cut short.
+// backSince is when the node came back: the moment this controller's watch
+// saw it turn Ready with its new boot ID (sightings), or else the moment a
+// reconcile first saw it so, or, when neither did (it just took over), the
+// Ready condition's transition time, which is stored to the second:
+// rounded up so that the soak is never cut short. A moment before the
+// Ready condition's transition is from before the node last went NotReady
+// and does not count.
 func (r *Reconciler) backSince(n *corev1.Node, readySince, now time.Time) time.Time {
-	key := n.Name + "/" + n.Annotations[rebootv1.AnnotationInProgress]
-	if t, ok := r.back[key]; ok {
+	key := backKey(n)
+	if t, ok := r.sightings.get(key); ok && !t.Before(readySince) {
+		return t
+	}
+	if t, ok := r.back[key]; ok && !t.Before(readySince) {
 		return t
 	}
 	if readySince.Nanosecond() == 0 {
@@ -250,6 +258,60 @@ func (r *Reconciler) backSince(n *corev1.Node, readySince, now time.Time) time.T
 	return readySince
 }
 
+// backKey keys what is remembered of a node's return by its approval.
+func backKey(n *corev1.Node) string {
+	return n.Name + "/" + n.Annotations[rebootv1.AnnotationInProgress]
+}
+
+// sightings are the moments the node watch delivered an ordered node Ready
+// in a new boot, by node and approval. The soak counts from there rather
+// than from the reconcile that next looks: on a large cluster the single
+// worker is often busy when the node comes back, and every millisecond it
+// is would be added to the soak.
+type sightings struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// note records what a node event shows: an ordered node Ready with a boot
+// ID other than the one its reboot replaces is back (the first moment
+// counts); one not Ready is not (a later return counts from then).
+func (s *sightings) note(n *corev1.Node, now time.Time) {
+	if _, ordered := n.Annotations[rebootv1.AnnotationNow]; !ordered {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[string]time.Time{}
+	}
+	key := backKey(n)
+	back := !readySince(n).IsZero() && n.Status.NodeInfo.BootID != n.Annotations[rebootv1.AnnotationBootID]
+	if _, noted := s.seen[key]; back && !noted {
+		s.seen[key] = now
+	} else if !back {
+		delete(s.seen, key)
+	}
+}
+
+func (s *sightings) get(key string) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.seen[key]
+	return t, ok
+}
+
+// forgetAllBut drops the sightings of nodes that hold no slot.
+func (s *sightings) forgetAllBut(holders map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.seen {
+		if node, _, _ := strings.Cut(key, "/"); !holders[node] {
+			delete(s.seen, key)
+		}
+	}
+}
+
 // complete ends a verified reboot: uncordon if kubext cordoned, record the
 // time, clear the protocol's annotations (which frees the slot).
 func (r *Reconciler) complete(n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) *nodeWrite {
@@ -262,7 +324,7 @@ func (r *Reconciler) complete(n *corev1.Node, g group, now time.Time, oldBoot, n
 	c.Annotations[rebootv1.AnnotationRebootedAt] = stamp(now)
 	return &nodeWrite{orig: n, changed: c, giveBack: true, group: g.name, landed: func() {
 		r.drains.reset(n.Name)
-		delete(r.back, n.Name+"/"+n.Annotations[rebootv1.AnnotationInProgress])
+		delete(r.back, backKey(n))
 		if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {
 			rebootSeconds.Observe(now.Sub(approved).Seconds())
 		}

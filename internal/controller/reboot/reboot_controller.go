@@ -4,12 +4,12 @@
 // the new boot ID, soak, uncordon — while the node agents only ask for
 // reboots and carry them out on their own node.
 //
-// Decisions are made from the informer cache's nodes and from the API
-// server's groups and approvals ledger (ledger.go). The ledger, one
-// ConfigMap read fresh and updated with a resourceVersion precondition,
-// guards the budget: a lagging cache can never make two approvals look
-// affordable, because every slot kubext holds is in the ledger and every
-// grant is a write conditional on the ledger as read. Every change to a
+// Decisions are made from informer caches of the nodes, the groups and the
+// approvals ledger (ledger.go). The ledger, one ConfigMap updated with a
+// resourceVersion precondition, guards the budget: a lagging cache can
+// never make two approvals look affordable, because every slot kubext
+// holds is in the ledger and every grant is a write conditional on the
+// ledger as read. Every change to a
 // node is a patch conditional on the resourceVersion that decision was made
 // from, so a stale node is a conflict and a quick decision again. The
 // whole cluster is one work item, handled by one worker of the one
@@ -20,15 +20,19 @@ package reboot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -62,11 +66,19 @@ const (
 type Reconciler struct {
 	// Client writes; its cache triggers reconciles.
 	client.Client
-	// NodeReader lists the nodes decisions are made from: the manager's
-	// cache (Client) when nil. See ledger.go for why that is safe.
-	NodeReader client.Reader
-	// APIReader reads the groups and the approvals ledger, fresh.
+	// Reader lists the nodes and groups decisions are made from: the
+	// manager's cache (Client) when nil. See ledger.go for why that is
+	// safe.
+	Reader client.Reader
+	// APIReader reads fresh what must not come from a cache: a node the
+	// ledger's repair has to be sure of (ledger.go, step 4), the pods of
+	// gates and blocking selectors.
 	APIReader client.Reader
+	// LedgerReader reads the approvals ledger: an informer cache of that
+	// one ConfigMap (SetupWithManager makes it), or APIReader when nil.
+	// Every ledger write is conditional on the version read, so a stale
+	// ledger is a conflict, never a grant over a slot unseen (ledger.go).
+	LedgerReader client.Reader
 	// Kube evicts pods (k8s.io/kubectl/pkg/drain needs a clientset).
 	Kube     kubernetes.Interface
 	Recorder events.EventRecorder
@@ -96,6 +108,8 @@ type Reconciler struct {
 	// back is when this controller first saw a rebooted node Ready with its
 	// new boot ID, per node and approval: the start of its soak.
 	back map[string]time.Time
+	// sightings are when the node watch saw each rebooted node back.
+	sightings sightings
 	// freed is when a slot of each group became free and no node of the
 	// group has been approved since, for decisionSeconds: the approval may
 	// come in a later reconcile than the release (a conflict, a requeue),
@@ -104,17 +118,28 @@ type Reconciler struct {
 	// beforeGrant, when set, runs between a decision and its grant: tests
 	// pause a controller there, as a stalled leader would be.
 	beforeGrant func()
-	// own are the nodes as this controller last wrote them, until the
-	// cache shows them (own.go).
-	own ownWrites
+	// own, ownGroups and ownLedger are the nodes, groups and ledger as
+	// this controller last wrote them, until the cache shows them
+	// (own.go).
+	own       ownWrites[*corev1.Node]
+	ownGroups ownWrites[*rebootv1.RebootGroup]
+	ownLedger ownWrites[*corev1.ConfigMap]
 }
 
-// nodeReader is where the nodes are listed from.
-func (r *Reconciler) nodeReader() client.Reader {
-	if r.NodeReader != nil {
-		return r.NodeReader
+// reader is where the nodes and groups are listed from.
+func (r *Reconciler) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
 	}
 	return r.Client
+}
+
+// ledgerReader is where the ledger is read from.
+func (r *Reconciler) ledgerReader() client.Reader {
+	if r.LedgerReader != nil {
+		return r.LedgerReader
+	}
+	return r.APIReader
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -132,30 +157,36 @@ func (r *Reconciler) nodeReader() client.Reader {
 // The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat).
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 // The approvals ledger, one ConfigMap in the controller's namespace (create
-// cannot be limited to a name; get and update are).
+// cannot be limited to a name; get, update, and list and watch with a
+// metadata.name field selector are).
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=create
-// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,resourceNames=kubext-reboot-ledger,verbs=get;update
+// +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,resourceNames=kubext-reboot-ledger,verbs=get;list;watch;update
 
 // Reconcile reads every node and group from the API server, moves each node
 // holding a slot one step along the protocol, approves what the budgets
 // allow, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	now := r.Now()
+	clock := startPhases()
 	s, err := r.read(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	clock.done("read")
 	next := newDeadlines(now)
 	if s.absent, err = r.repairLedger(ctx, s, now); err != nil {
 		return r.retry(ctx, err)
 	}
+	clock.done("repair")
 
 	// First the nodes already in a reboot: finishing one frees its slot for
 	// the approvals below, in the same pass.
 	decision := rebootplan.Decide(s.snapshot(now))
+	groups := s.groupsOf(decision)
 	var steps []*nodeWrite
 	for _, name := range s.names() {
-		if w := r.advance(s, name, s.groupOf(decision, name), now, next); w != nil {
+		if w := r.advance(s, name, groups.of(name), now, next); w != nil {
+			w.controlPlane = decision.IsControlPlane(name)
 			steps = append(steps, w)
 		}
 	}
@@ -169,10 +200,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			delete(r.back, key)
 		}
 	}
+	r.sightings.forgetAllBut(holders)
+	clock.done("advance")
 
 	if s.held, err = r.checkGates(ctx, s, decision, next); err != nil {
 		return r.retry(ctx, err)
 	}
+	clock.done("gates")
 	decision = rebootplan.Decide(s.snapshot(now))
 	if len(decision.Approved) > 0 {
 		if r.beforeGrant != nil {
@@ -184,9 +218,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			return r.retry(ctx, err)
 		}
 	}
+	clock.done("grant")
 	approvals := make([]*nodeWrite, 0, len(decision.Approved))
+	groups = s.groupsOf(decision)
 	for _, name := range decision.Approved {
-		g := s.groupOf(decision, name)
+		g := groups.of(name)
 		w := r.approve(s, name, g, now)
 		landed := w.landed
 		w.landed = func() {
@@ -201,6 +237,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.writeNodes(ctx, s, approvals); err != nil {
 		return r.retry(ctx, err)
 	}
+	clock.done("approve")
 	// A freed slot no node can take now (none waits for the budget alone:
 	// nothing asks, the group is paused, halted, held by a gate or outside its
 	// window) is no decision pending.
@@ -212,10 +249,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.writeNodes(ctx, s, r.noteNeeded(s, now)); err != nil {
 		return r.retry(ctx, err)
 	}
+	clock.done("note")
 	r.announce(s, decision)
 	if err := r.report(ctx, s, decision, now, next); err != nil {
 		return r.retry(ctx, err)
 	}
+	clock.done("report")
 	return ctrl.Result{RequeueAfter: next.after(r.Now(), maxRequeue)}, nil
 }
 
@@ -260,10 +299,29 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("reboot").
-		Watches(&corev1.Node{}, toRollout, builder.WithPredicates(nodeChanged, r.notOwnWrite())).
+		Watches(&corev1.Node{}, r.nodeEvents(toRollout), builder.WithPredicates(nodeChanged, r.notOwnWrite())).
 		Watches(&rebootv1.RebootGroup{}, toRollout, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Channel(finished, toRollout)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1})
+	if r.LedgerReader == nil {
+		ledgerCache, err := r.ledgerCache(mgr)
+		if err != nil {
+			return err
+		}
+		r.LedgerReader = ledgerCache
+		// Someone else's write to the ledger (a second leader, a person
+		// deleting it) is a reason to look again; the controller's own
+		// are not. The controller starts once this cache has synced.
+		notOwn := func(cm *corev1.ConfigMap) bool { return !r.ownLedger.isOwn(cm) }
+		b = b.WatchesRawSource(source.Kind(ledgerCache, &corev1.ConfigMap{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.ConfigMap) []reconcile.Request {
+				return []reconcile.Request{rollout}
+			}),
+			predicate.TypedFuncs[*corev1.ConfigMap]{
+				CreateFunc: func(e event.TypedCreateEvent[*corev1.ConfigMap]) bool { return notOwn(e.Object) },
+				UpdateFunc: func(e event.TypedUpdateEvent[*corev1.ConfigMap]) bool { return notOwn(e.ObjectNew) },
+			}))
+	}
 	if r.Agents != nil {
 		// An agent turning alive or dead changes what may be approved.
 		if err := r.Agents.Watch(context.Background(), mgr.GetCache()); err != nil {
@@ -277,6 +335,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return b.Complete(r)
 }
 
+// ledgerCache is an informer cache of the approvals ledger alone (a field
+// selector on its name: the manager's Role lists and watches that one
+// ConfigMap, nothing else of its namespace), started with the manager.
+func (r *Reconciler) ledgerCache(mgr ctrl.Manager) (cache.Cache, error) {
+	c, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme:            mgr.GetScheme(),
+		Mapper:            mgr.GetRESTMapper(),
+		DefaultNamespaces: map[string]cache.Config{r.LedgerNamespace: {}},
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Field: fields.OneTermEqualSelector("metadata.name", r.LedgerName)},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the reboot ledger's cache: %w", err)
+	}
+	return c, mgr.Add(c)
+}
+
 // init makes the controller's memory; wake is called when a drain
 // finishes.
 func (r *Reconciler) init(wake func()) {
@@ -285,6 +361,22 @@ func (r *Reconciler) init(wake func()) {
 	r.drainOutcome = map[string]drainOutcome{}
 	r.back = map[string]time.Time{}
 	r.freed = map[string]time.Time{}
+}
+
+// nodeEvents enqueues the rollout for every node event, and notes when an
+// update shows a rebooted node back (sightings).
+func (r *Reconciler) nodeEvents(toRollout handler.EventHandler) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: toRollout.Create,
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if n, ok := e.ObjectNew.(*corev1.Node); ok {
+				r.sightings.note(n, r.Now())
+			}
+			toRollout.Update(ctx, e, q)
+		},
+		DeleteFunc:  toRollout.Delete,
+		GenericFunc: toRollout.Generic,
+	}
 }
 
 // notOwnWrite drops the update events that carry a node as this controller

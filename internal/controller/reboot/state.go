@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +15,7 @@ import (
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
-// state is one fresh read of the API server. Nodes are replaced by what the
+// state is what one reconcile decides from. Nodes are replaced by what the
 // API server returns after each patch, so later steps of the same reconcile
 // decide on what is really stored.
 type state struct {
@@ -39,42 +38,44 @@ type state struct {
 	held map[string]rebootplan.Hold
 }
 
-// read takes the nodes from the informer cache, and lists the groups and
-// reads the ledger from the API server. The ledger is what guards the
-// budget (ledger.go, "Reading from the cache"): it and the groups are small
-// and read fresh at once; the nodes, a List of which cost tens of
-// milliseconds of the API server's and the manager's time on a large
-// cluster, come from the cache, overlaid with this controller's own writes
-// the cache has not caught up with yet (own.go). Every write made from the
-// nodes is conditional on the resourceVersion read, so a stale node is a
-// conflict and a quick look again, never a write over something unseen.
+// read takes the nodes and groups from the informer cache and the ledger
+// from its own (LedgerReader), each overlaid with this controller's own
+// writes the cache has not caught up with yet (own.go). No read of the API
+// server is on the way of a decision: a List of a thousand nodes costs tens
+// of milliseconds of the API server's and the manager's time, and even a
+// small fresh read waits behind everything else the API server does. A
+// stale cache cannot make a decision exceed a budget (ledger.go, "Reading
+// from a cache"): every ledger write is conditional on the ledger's
+// resourceVersion as read, every node write on the node's, so a stale
+// object is a conflict and a quick look again, never a write over
+// something unseen.
 func (r *Reconciler) read(ctx context.Context) (*state, error) {
 	var (
-		nodes                          corev1.NodeList
-		groups                         rebootv1.RebootGroupList
-		l                              *ledger
-		nodesErr, groupsErr, ledgerErr error
-		wg                             sync.WaitGroup
+		nodes  corev1.NodeList
+		groups rebootv1.RebootGroupList
 	)
-	wg.Go(func() { groupsErr = r.APIReader.List(ctx, &groups) })
-	wg.Go(func() { l, ledgerErr = r.readLedger(ctx) })
-	nodesErr = r.nodeReader().List(ctx, &nodes)
-	wg.Wait()
-	if nodesErr != nil {
-		return nil, fmt.Errorf("listing nodes: %w", nodesErr)
+	if err := r.reader().List(ctx, &nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	if groupsErr != nil {
-		return nil, fmt.Errorf("listing reboot groups: %w", groupsErr)
+	if err := r.reader().List(ctx, &groups); err != nil {
+		return nil, fmt.Errorf("listing reboot groups: %w", err)
 	}
-	if ledgerErr != nil {
-		return nil, ledgerErr
+	l, err := r.readLedger(ctx)
+	if err != nil {
+		return nil, err
 	}
 	s := &state{nodes: make(map[string]*corev1.Node, len(nodes.Items)), planned: make(map[string]rebootplan.Node, len(nodes.Items)),
-		groups: groups.Items, ledger: l, agents: r.Agents}
+		groups: make([]rebootv1.RebootGroup, 0, len(groups.Items)), ledger: l, agents: r.Agents}
 	for i := range nodes.Items {
 		s.setNode(r.own.view(&nodes.Items[i]))
 	}
-	r.own.forgetAllBut(s.nodes)
+	r.own.forgetAllBut(func(name string) bool { _, ok := s.nodes[name]; return ok })
+	names := map[string]bool{}
+	for i := range groups.Items {
+		s.groups = append(s.groups, *r.ownGroups.view(&groups.Items[i]))
+		names[groups.Items[i].Name] = true
+	}
+	r.ownGroups.forgetAllBut(func(name string) bool { return names[name] })
 	if s.needPods() {
 		var pods corev1.PodList
 		if err := r.APIReader.List(ctx, &pods); err != nil {
@@ -108,9 +109,10 @@ func (s *state) snapshot(now time.Time) rebootplan.Snapshot {
 		n := s.planned[name]
 		n.Pods = s.pods[name]
 		// Every slot the ledger holds counts, whatever the node shows:
-		// the ledger is read fresh, the node may come from a cache that
-		// has not seen the approval yet (or, for a grant whose node patch
-		// has not landed, that nobody has seen yet).
+		// the node may come from a cache that has not seen the approval
+		// yet (or, for a grant whose node patch has not landed, that
+		// nobody has seen yet); a grant is refused unless the ledger read
+		// is the ledger as it stands.
 		if _, ok := s.ledger.slots[name]; ok {
 			n.Reserved = true
 		}
@@ -165,22 +167,38 @@ type group struct {
 	object *rebootv1.RebootGroup
 }
 
-// groupOf finds the group of a node in a decision. A node selected by
-// several groups gets the first one's settings; it is never approved while
-// the overlap lasts, so this only matters for a reboot already under way.
-func (s *state) groupOf(d rebootplan.Decision, node string) group {
+// nodeGroups is the group of each node in one decision.
+type nodeGroups map[string]group
+
+// groupsOf indexes the groups of a decision's nodes (once per decision,
+// not once per node: a thousand nodes are a million comparisons). A node
+// selected by several groups gets the first one's settings; it is never
+// approved while the overlap lasts, so this only matters for a reboot
+// already under way.
+func (s *state) groupsOf(d rebootplan.Decision) nodeGroups {
+	out := nodeGroups{}
 	for _, gd := range d.Groups {
-		for _, n := range gd.Nodes {
-			if n != node {
-				continue
+		g := group{name: gd.Name, spec: implicitDefault()}
+		for i := range s.groups {
+			if s.groups[i].Name == gd.Name {
+				g = group{name: gd.Name, spec: s.groups[i].Spec, object: &s.groups[i]}
+				break
 			}
-			for i := range s.groups {
-				if s.groups[i].Name == gd.Name {
-					return group{name: gd.Name, spec: s.groups[i].Spec, object: &s.groups[i]}
-				}
-			}
-			return group{name: gd.Name, spec: implicitDefault()}
 		}
+		for _, n := range gd.Nodes {
+			if _, first := out[n]; !first {
+				out[n] = g
+			}
+		}
+	}
+	return out
+}
+
+// of is the node's group: the default group's settings when no group has
+// it.
+func (ng nodeGroups) of(node string) group {
+	if g, ok := ng[node]; ok {
+		return g
 	}
 	return group{name: rebootv1.DefaultGroupName, spec: implicitDefault()}
 }

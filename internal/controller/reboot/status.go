@@ -109,6 +109,9 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	if err := status.Patch(ctx, updated, nil); err != nil {
 		return err
 	}
+	if updated.ResourceVersion != rg.ResourceVersion {
+		r.ownGroups.wrote(rg.ResourceVersion, updated)
+	}
 	r.announceRollout(rg, rg.Status.Rollout, st.Rollout)
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 )
 
 // parallelNodeWrites bounds the node patches one reconcile has in flight.
@@ -28,8 +30,11 @@ type nodeWrite struct {
 	// is removed first (ledger.go, step 3).
 	giveBack bool
 	// order says the write orders the reboot: the ledger's unwritten
-	// confirmations are written first (ledger.go, flushLedger).
+	// confirmations, and the node's own, are written first.
 	order bool
+	// controlPlane says the decision counted the node as a control-plane
+	// node (for a slot an order adds to the ledger).
+	controlPlane bool
 	// freed is when the write frees the node's slot (zero: it does not).
 	freed time.Time
 	group string
@@ -49,11 +54,32 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 	}
 	slots, changed := maps.Clone(s.ledger.slots), false
 	for _, w := range writes {
-		if _, held := slots[w.orig.Name]; w.giveBack && held {
-			delete(slots, w.orig.Name)
+		name := w.orig.Name
+		switch {
+		case w.giveBack:
+			// Written even when the ledger as read holds no slot for the
+			// node: read from a cache, it may lag another leader's grant,
+			// and the write, conditional on the version read, is what
+			// proves it holds none (else that slot would be left behind
+			// until its timeout).
+			delete(slots, name)
 			changed = true
+		case w.order:
+			// The ledger holds the node's slot, confirmed, before its
+			// reboot is ordered (ledger.go, step 4; the agent checks it):
+			// confirmations made by repairLedger are written now, and a
+			// slot the ledger as read lacks (a cache behind another
+			// leader's grant, an approval from before the ledger) is
+			// added, which only makes the node count where it counted
+			// already through its annotations.
+			approval := w.orig.Annotations[rebootv1.AnnotationInProgress]
+			if sl, ok := slots[name]; !ok || !sl.Confirmed || sl.Approval != approval {
+				slots[name] = slot{Group: w.group, Approval: approval, NodeResourceVersion: w.orig.ResourceVersion,
+					ControlPlane: w.controlPlane, Confirmed: true}
+				changed = true
+			}
+			changed = changed || s.ledger.unwritten
 		}
-		changed = changed || w.order && s.ledger.unwritten
 	}
 	if changed {
 		if err := r.writeLedger(ctx, s.ledger, slots); err != nil {

@@ -55,5 +55,14 @@ func printControllerView(ctx context.Context, metricsURL string) error {
 	fmt.Printf("the controller's own view: decision latency mean %.3f s over %d, within 0.1 s %.0f%%, 0.5 s %.0f%%, 1 s %.0f%%; reconciles %d, mean %.3f s, within 0.1 s %.0f%%, 1 s %.0f%%\n",
 		mean(d), d.GetSampleCount(), share(d, 0.1), share(d, 0.5), share(d, 1),
 		r.GetSampleCount(), mean(r), share(r, 0.1), share(r, 1))
+	// Where a reconcile's time goes (kubext_reboot_reconcile_phase_seconds),
+	// in the reconcile's order.
+	fmt.Print("reconcile phases, mean ms:")
+	for _, phase := range []string{"read", "repair", "advance", "gates", "grant", "approve", "note", "report"} {
+		if h := histogram("kubext_reboot_reconcile_phase_seconds", map[string]string{"phase": phase}); h != nil {
+			fmt.Printf(" %s %.1f", phase, 1000*mean(h))
+		}
+	}
+	fmt.Println()
 	return nil
 }
