@@ -115,6 +115,9 @@ type Reconciler struct {
 	// come in a later reconcile than the release (a conflict, a requeue),
 	// and the time between counts.
 	freed map[string]time.Time
+	// statusWritten is when this controller last wrote each group's status
+	// (progressBatch).
+	statusWritten map[string]time.Time
 	// beforeGrant, when set, runs between a decision and its grant: tests
 	// pause a controller there, as a stalled leader would be.
 	beforeGrant func()
@@ -361,6 +364,7 @@ func (r *Reconciler) init(wake func()) {
 	r.drainOutcome = map[string]drainOutcome{}
 	r.back = map[string]time.Time{}
 	r.freed = map[string]time.Time{}
+	r.statusWritten = map[string]time.Time{}
 }
 
 // nodeEvents enqueues the rollout for every node event, and notes when an

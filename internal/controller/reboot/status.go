@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -66,7 +67,7 @@ func (r *Reconciler) report(ctx context.Context, s *state, d rebootplan.Decision
 			if s.groups[i].Name != gd.Name {
 				continue
 			}
-			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, nodes, now); err != nil {
+			if err := r.patchGroupStatus(ctx, &s.groups[i], gd, needing, nodes, now, next); err != nil {
 				return err
 			}
 		}
@@ -79,13 +80,20 @@ func groupStatus(rg *rebootv1.RebootGroup) (any, *int64) {
 	return rg.Status, &rg.Status.ObservedGeneration
 }
 
+// progressBatch is how long a group's status may lag the progress counts of
+// a rollout (progressOnly): a rollout of a large group changes them on
+// nearly every reconcile, and writing them each time kept the single
+// worker busy for a third of its reconciles.
+const progressBatch = time.Second
+
 // patchGroupStatus writes what the decision found for the group: through
 // statuspatch, so only when it changed, over the version it was read at,
 // with observedGeneration set (every decision is made for the generation
 // read), a group deleted meanwhile being no error. The rollout record is
-// moved on from the one read (rebootplan.Track).
+// moved on from the one read (rebootplan.Track). A change of progress
+// counts alone waits until progressBatch after the group's last write.
 func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGroup, gd rebootplan.GroupDecision, needing int,
-	nodes map[string]rebootplan.Node, now time.Time) error {
+	nodes map[string]rebootplan.Node, now time.Time, next *deadlines) error {
 	status := statuspatch.New(r.Client, rg, groupStatus)
 	updated := rg.DeepCopy()
 	st := &updated.Status
@@ -106,14 +114,43 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 		st.LastDrain = r.lastDrain(rg)
 	}
 	r.setConditions(updated, gd, needing)
+	st.ObservedGeneration = updated.Generation
+	if last, ok := r.statusWritten[rg.Name]; ok && progressOnly(rg.Status, *st) {
+		if due := last.Add(progressBatch); r.Now().Before(due) {
+			next.at(due)
+			return nil
+		}
+	}
 	if err := status.Patch(ctx, updated, nil); err != nil {
 		return err
 	}
 	if updated.ResourceVersion != rg.ResourceVersion {
 		r.ownGroups.wrote(rg.ResourceVersion, updated)
+		r.statusWritten[rg.Name] = r.Now()
 	}
 	r.announceRollout(rg, rg.Status.Rollout, st.Rollout)
 	return nil
+}
+
+// progressOnly says whether a group's status moved from old to new only in
+// what a running rollout changes at every step: how many nodes are
+// unavailable, need or are in a reboot, which ones, and the conditions'
+// messages. Everything else — the rollout record (which a new leader goes
+// on from), the counts of done and failed reboots, a condition's status or
+// reason, the observed generation, the next window, the last drain — is
+// written at once.
+func progressOnly(old, new rebootv1.RebootGroupStatus) bool {
+	if len(old.Conditions) != len(new.Conditions) {
+		return false
+	}
+	for _, c := range new.Conditions {
+		o := meta.FindStatusCondition(old.Conditions, c.Type)
+		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration {
+			return false
+		}
+	}
+	old.Unavailable, old.Needing, old.Rebooting, old.CurrentNodes, old.Conditions = new.Unavailable, new.Needing, new.Rebooting, new.CurrentNodes, new.Conditions
+	return equality.Semantic.DeepEqual(old, new)
 }
 
 // announceRollout emits an Event on the group when its rollout, as just
