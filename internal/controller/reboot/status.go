@@ -132,25 +132,25 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	return nil
 }
 
-// progressOnly says whether a group's status moved from old to new only in
+// progressOnly says whether a group's status moved from old to cur only in
 // what a running rollout changes at every step: how many nodes are
 // unavailable, need or are in a reboot, which ones, and the conditions'
 // messages. Everything else — the rollout record (which a new leader goes
 // on from), the counts of done and failed reboots, a condition's status or
 // reason, the observed generation, the next window, the last drain — is
 // written at once.
-func progressOnly(old, new rebootv1.RebootGroupStatus) bool {
-	if len(old.Conditions) != len(new.Conditions) {
+func progressOnly(old, cur rebootv1.RebootGroupStatus) bool {
+	if len(old.Conditions) != len(cur.Conditions) {
 		return false
 	}
-	for _, c := range new.Conditions {
+	for _, c := range cur.Conditions {
 		o := meta.FindStatusCondition(old.Conditions, c.Type)
 		if o == nil || o.Status != c.Status || o.Reason != c.Reason || o.ObservedGeneration != c.ObservedGeneration {
 			return false
 		}
 	}
-	old.Unavailable, old.Needing, old.Rebooting, old.CurrentNodes, old.Conditions = new.Unavailable, new.Needing, new.Rebooting, new.CurrentNodes, new.Conditions
-	return equality.Semantic.DeepEqual(old, new)
+	old.Unavailable, old.Needing, old.Rebooting, old.CurrentNodes, old.Conditions = cur.Unavailable, cur.Needing, cur.Rebooting, cur.CurrentNodes, cur.Conditions
+	return equality.Semantic.DeepEqual(old, cur)
 }
 
 // announceRollout emits an Event on the group when its rollout, as just
