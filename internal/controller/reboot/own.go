@@ -51,8 +51,9 @@ func (o *ownWrites[T]) wrote(from string, written T) {
 }
 
 // view is the newer of the cached object and this controller's last write
-// of it. The cached object is returned as is (the cache hands out copies);
-// the remembered one as a copy, since the reconcile may keep it.
+// of it. The cached object is returned as is; the remembered one as a
+// copy, since the reconcile may keep it (neither is ever changed: a
+// reconcile changes copies).
 func (o *ownWrites[T]) view(cached T) T {
 	o.mu.Lock()
 	defer o.mu.Unlock()

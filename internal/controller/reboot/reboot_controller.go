@@ -210,7 +210,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return r.retry(ctx, err)
 	}
 	clock.done("gates")
-	decision = rebootplan.Decide(s.snapshot(now))
+	if len(steps) > 0 || s.held != nil {
+		// Decided again on what the steps wrote and the gates found;
+		// otherwise nothing it decides from changed.
+		decision = rebootplan.Decide(s.snapshot(now))
+	}
 	if len(decision.Approved) > 0 {
 		if r.beforeGrant != nil {
 			r.beforeGrant()
