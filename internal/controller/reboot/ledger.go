@@ -187,6 +187,9 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 	// Update carries the resourceVersion read: the API server refuses it
 	// if the ledger changed since.
 	if err := r.Update(ctx, cm); err != nil {
+		if apierrors.IsConflict(err) {
+			refusedWrites.WithLabelValues("ledger").Inc()
+		}
 		if apierrors.IsNotFound(err) {
 			// Deleted since it was read: decide again from nothing.
 			r.ownLedger.forget(r.LedgerName)

@@ -46,6 +46,10 @@ var (
 		Help:    "Time a reboot reconcile spent in each phase: read (nodes from the cache, groups and ledger from the API server), repair (the ledger against the nodes), advance (the steps of nodes holding a slot, and their writes), gates, grant (deciding and the ledger write), approve (the approvals' node writes), note (needed-since bookkeeping), report (Events and group status).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	}, []string{"phase"})
+	refusedWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kubext_reboot_refused_writes_total",
+		Help: "Writes of the reboot controller the API server refused because the object changed since it was read (a node, the approvals ledger, a group's status), by object; each is decided again from a new read.",
+	}, []string{"object"})
 	drainTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kubext_reboot_drain_timeouts_total",
 		Help: "Drains that did not finish within drain.timeoutSeconds, by group.",
@@ -58,7 +62,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(nodesNeeding, nodesInProgress, nodesUnavailable, nodesWaiting,
-		rebootSeconds, drainSeconds, decisionSeconds, phaseSeconds, drainTimeouts, verified)
+		rebootSeconds, drainSeconds, decisionSeconds, phaseSeconds, refusedWrites, drainTimeouts, verified)
 }
 
 // phaseClock observes each phase of a reconcile as it ends.

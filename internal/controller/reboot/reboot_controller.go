@@ -193,7 +193,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			steps = append(steps, w)
 		}
 	}
-	if err := r.writeNodes(ctx, s, steps); err != nil {
+	// A node patch refused because the node changed since it was read
+	// does not hold up the rest: the node still shows what it showed and
+	// counts as it did (a release refused keeps its slot through its
+	// annotations), the writes that landed are recorded, and the
+	// reconcile looks again soon. Every other failure ends it.
+	refused := false
+	soft := func(err error) error {
+		var rp *refusedPatch
+		if errors.As(err, &rp) {
+			log.FromContext(ctx).V(1).Info("node changed meanwhile, looking again soon", "node", rp.node, "error", rp.err.Error())
+			refused = true
+			return nil
+		}
+		return err
+	}
+	if err := soft(r.writeNodes(ctx, s, steps)); err != nil {
 		return r.retry(ctx, err)
 	}
 	holders := s.slotHolders()
@@ -241,7 +256,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		}
 		approvals = append(approvals, w)
 	}
-	if err := r.writeNodes(ctx, s, approvals); err != nil {
+	if err := soft(r.writeNodes(ctx, s, approvals)); err != nil {
 		return r.retry(ctx, err)
 	}
 	clock.done("approve")
@@ -253,7 +268,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			delete(r.freed, name)
 		}
 	}
-	if err := r.writeNodes(ctx, s, r.noteNeeded(s, now)); err != nil {
+	if err := soft(r.writeNodes(ctx, s, r.noteNeeded(s, now))); err != nil {
 		return r.retry(ctx, err)
 	}
 	clock.done("note")
@@ -262,7 +277,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		return r.retry(ctx, err)
 	}
 	clock.done("report")
-	return ctrl.Result{RequeueAfter: next.after(r.Now(), maxRequeue)}, nil
+	after := next.after(r.Now(), maxRequeue)
+	if refused {
+		after = min(after, conflictRetry)
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
 }
 
 // retry turns a conflict (a node or group changed since it was read) into a

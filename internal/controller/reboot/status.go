@@ -122,6 +122,9 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 		}
 	}
 	if err := status.Patch(ctx, updated, nil); err != nil {
+		if isConflict(err) {
+			refusedWrites.WithLabelValues("group").Inc()
+		}
 		return err
 	}
 	if updated.ResourceVersion != rg.ResourceVersion {

@@ -181,3 +181,98 @@ func TestAWaveIsWrittenTogether(t *testing.T) {
 		t.Fatalf("slots left in the ledger after the wave was released: %v", l.slots)
 	}
 }
+
+// TestARefusedReleaseDoesNotHoldUpTheNext: two reboots verified in one
+// reconcile, one of the two nodes changed by someone else under its
+// release patch. The other's slot is freed and taken by the next node in
+// that same reconcile; the refused node still shows its approval and keeps
+// its slot through it (never more than maxUnavailable hold one), and the
+// controller looks again soon, releasing it then.
+func TestARefusedReleaseDoesNotHoldUpTheNext(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	two := intstr.FromInt32(2)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "free"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "free"}}, MaxUnavailable: &two,
+		SoakSeconds: ptr.To[int32](0)}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		readyNode(t, c, fmt.Sprintf("free-%d", i), "free")
+	}
+	askSince(t, c, "free-1", time.Now().Add(-4*time.Hour))
+	askSince(t, c, "free-2", time.Now().Add(-3*time.Hour))
+
+	var touchMu sync.Mutex
+	touch := map[string]bool{}
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rival(t, env, c)
+	r.Client = interceptor.NewClient(base, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			touchMu.Lock()
+			once := touch[obj.GetName()]
+			delete(touch, obj.GetName())
+			touchMu.Unlock()
+			if once {
+				setAnnotations(t, c, obj.GetName(), map[string]string{"test.kubext.io/touched": "true"})
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	eventuallyWithin(t, waitFor, "free-1 and free-2 ordered to reboot", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return getNodeFrom(t, c, "free-1").Annotations[rebootv1.AnnotationNow] != "" &&
+			getNodeFrom(t, c, "free-2").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	// Both reboot; free-3 and free-4 ask meanwhile.
+	for _, name := range []string{"free-1", "free-2"} {
+		n := getNodeFrom(t, c, name)
+		n.Status.NodeInfo.BootID += "-after"
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
+		if err := c.Status().Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	askSince(t, c, "free-3", time.Now().Add(-2*time.Hour))
+	askSince(t, c, "free-4", time.Now().Add(-time.Hour))
+
+	touchMu.Lock()
+	touch["free-1"] = true
+	touchMu.Unlock()
+	res, err := r.Reconcile(ctx, rollout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != conflictRetry {
+		t.Errorf("after a refused release the controller looks again in %s, want %s", res.RequeueAfter, conflictRetry)
+	}
+	if n := getNodeFrom(t, c, "free-2"); n.Annotations[rebootv1.AnnotationRebootedAt] == "" || rebootplan.NodeFrom(n).HoldsSlot() {
+		t.Fatalf("free-2 not released: %v", n.Annotations)
+	}
+	if !rebootplan.NodeFrom(getNodeFrom(t, c, "free-1")).HoldsSlot() {
+		t.Fatal("free-1 released although its patch was refused")
+	}
+	if !approved(t, c, "free-3") {
+		t.Fatal("free-2's slot was not given to free-3 in the reconcile that released free-2")
+	}
+	if h := holdingSlots(t, c, "free"); h > 2 {
+		t.Fatalf("%d nodes hold a slot with maxUnavailable 2", h)
+	}
+	// The next look releases free-1 and gives its slot to free-4.
+	eventuallyWithin(t, waitFor, "free-1 released and free-4 approved", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		if h := holdingSlots(t, c, "free"); h > 2 {
+			return false, fmt.Errorf("%d nodes hold a slot with maxUnavailable 2", h)
+		}
+		return !rebootplan.NodeFrom(getNodeFrom(t, c, "free-1")).HoldsSlot() && approved(t, c, "free-4"), nil
+	})
+}

@@ -45,9 +45,9 @@ type nodeWrite struct {
 // writeNodes makes a reconcile's node writes: first the one ledger write
 // that gives back the slots of the nodes being released and carries the
 // confirmations an order needs, then every node patch, in parallel. A patch
-// refused (a node changed since it was read) does not stop the others; the
-// first error is returned once all have been made, and what landed is
-// recorded either way.
+// refused (a node changed since it was read) does not stop the others; once
+// all have been made, what landed is recorded, and the first failure is
+// returned: a *refusedPatch when every failure was a refusal.
 func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWrite) error {
 	if len(writes) == 0 {
 		return nil
@@ -99,11 +99,18 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 	}
 	wg.Wait()
 
-	var first error
+	var failed, refused error
 	for i, w := range writes {
-		if errs[i] != nil {
-			if first == nil {
-				first = fmt.Errorf("patching node %s: %w", w.orig.Name, errs[i])
+		switch {
+		case isConflict(errs[i]):
+			refusedWrites.WithLabelValues("node").Inc()
+			if refused == nil {
+				refused = &refusedPatch{node: w.orig.Name, err: errs[i]}
+			}
+			continue
+		case errs[i] != nil:
+			if failed == nil {
+				failed = fmt.Errorf("patching node %s: %w", w.orig.Name, errs[i])
 			}
 			continue
 		}
@@ -116,5 +123,20 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 			w.landed()
 		}
 	}
-	return first
+	if failed != nil {
+		return failed
+	}
+	return refused
 }
+
+// refusedPatch is a node patch the API server refused because the node
+// changed since it was read (a conflict). The node still shows what it
+// showed, and counts as it did, so the reconcile goes on with the writes
+// that landed and looks again soon (Reconcile).
+type refusedPatch struct {
+	node string
+	err  error
+}
+
+func (e *refusedPatch) Error() string { return fmt.Sprintf("patching node %s: %v", e.node, e.err) }
+func (e *refusedPatch) Unwrap() error { return e.err }

@@ -64,5 +64,16 @@ func printControllerView(ctx context.Context, metricsURL string) error {
 		}
 	}
 	fmt.Println()
+	// Writes refused as made over an old version, by object
+	// (kubext_reboot_refused_writes_total).
+	fmt.Print("refused writes:")
+	for _, m := range fams["kubext_reboot_refused_writes_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "object" {
+				fmt.Printf(" %s %.0f", l.GetValue(), m.GetCounter().GetValue())
+			}
+		}
+	}
+	fmt.Println()
 	return nil
 }
