@@ -165,9 +165,9 @@ func (r *Reconciler) ledgerReader() client.Reader {
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups="",namespace=system,resources=configmaps,resourceNames=kubext-reboot-ledger,verbs=get;list;watch;update
 
-// Reconcile reads every node and group from the API server, moves each node
-// holding a slot one step along the protocol, approves what the budgets
-// allow, and reports.
+// Reconcile reads the nodes, the groups and the ledger from the caches,
+// moves each node holding a slot one step along the protocol, approves
+// what the budgets allow, and reports.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	now := r.Now()
 	clock := startPhases()
