@@ -75,7 +75,7 @@ func TestAWSPrivateMoveFailoverAndDelete(t *testing.T) {
 	f.G.Expect(ip.Status.AWS.PrivateIP).To(Equal(addr))
 	f.G.Expect(ip.Status.AWS.VPCID).To(Equal("vpc-1"))
 	f.G.Expect(ip.Status.AWS.AllocationID).To(BeEmpty())
-	f.G.Expect(ipEvent(f.Ctx, name, "EC2Attached")).NotTo(BeNil())
+	f.eventOn(name, "EC2Attached")
 
 	time.Sleep(50 * time.Millisecond) // the second pod is younger: a standby
 	f.pod(f.name("second"), name, n2, "192.0.2.112")
@@ -272,7 +272,7 @@ func TestAWSPublicFailoverAcrossSubnetsGivesBackAfter(t *testing.T) {
 	_, eni, priv, _ := ec2d.EIP(addr)
 	f.G.Expect(eni).To(Equal(eni2))
 	f.G.Expect(ec2d.Holders(priv)).To(Equal([]string{eni2}))
-	f.G.Expect(ipEvent(f.Ctx, name, "EC2Attached")).NotTo(BeNil())
+	f.eventOn(name, "EC2Attached")
 
 	f.G.Expect(k8s.Delete(f.Ctx, f.ip(name))).To(Succeed())
 	f.G.Eventually(func() error { return k8s.Get(f.Ctx, client.ObjectKey{Name: name}, &ipv1.IP{}) }, testenv.WaitFor).ShouldNot(Succeed())
@@ -346,8 +346,7 @@ func TestAWSFailureBecomesCondition(t *testing.T) {
 		g.Expect(c.Message).To(And(ContainSubstring("AssignPrivateIpAddresses"), ContainSubstring("UnauthorizedOperation")))
 	}
 	f.G.Eventually(refused, testenv.WaitFor).Should(Succeed())
-	ev := ipEvent(f.Ctx, name, awsprov.ReasonIAMPermissionMissing)
-	f.G.Expect(ev).NotTo(BeNil())
+	ev := f.eventOn(name, awsprov.ReasonIAMPermissionMissing)
 	f.G.Expect(ev.Type).To(Equal(corev1.EventTypeWarning))
 	f.G.Expect(ev.Action).To(Equal("AssignPrivateIpAddresses"))
 	f.G.Expect(ev.Note).To(ContainSubstring("ec2:AssignPrivateIpAddresses"))

@@ -221,8 +221,7 @@ func TestFailoverToStandbyWhenTheNodeIsLost(t *testing.T) {
 	// server took (a renewal cut short by stop may or may not have
 	// landed: the Lease says which): the lost node had to have fenced
 	// itself.
-	lost := ipEvent(f.Ctx, name, ipv1.ReasonNodeLost)
-	f.G.Expect(lost).NotTo(BeNil())
+	lost := f.eventOn(name, ipv1.ReasonNodeLost)
 	lease := &coordinationv1.Lease{}
 	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Namespace: heartbeatNS, Name: heartbeat.LeaseName(ipv1.AgentComponent, n1)}, lease)).To(Succeed())
 	f.G.Expect(lost.EventTime.Sub(lease.Spec.RenewTime.Time)).To(BeNumerically(">=", time.Second))
@@ -294,6 +293,18 @@ func TestMissingPoolAndMissingIPAreReported(t *testing.T) {
 }
 
 // ipEvent is the IP's Event of reason now, nil if there is none yet.
+// eventOn waits for the Event with reason on the named IP and returns it:
+// Events are recorded asynchronously, after the write they tell of, so a
+// test that looks once right after that write may come before its Event.
+func (f *fixture) eventOn(ipName, reason string) *eventsv1.Event {
+	var ev *eventsv1.Event
+	f.G.Eventually(func() *eventsv1.Event {
+		ev = ipEvent(f.Ctx, ipName, reason)
+		return ev
+	}, testenv.WaitFor).ShouldNot(BeNil(), "the %s Event on IP %s", reason, ipName)
+	return ev
+}
+
 func ipEvent(ctx context.Context, ipName, reason string) *eventsv1.Event {
 	list := &eventsv1.EventList{}
 	_ = k8s.List(ctx, list, client.InNamespace("default"))

@@ -106,8 +106,7 @@ func TestWitnessHoldMovesOnlyOnAQuorumOfDeclarations(t *testing.T) {
 	// declared silent.
 	f.G.Expect(moved.Status.Witnesses).To(Equal([]string{c}))
 	f.G.Expect(moved.Status.AttachedGeneration).To(BeEquivalentTo(7))
-	lost := ipEvent(f.Ctx, name, ipv1.ReasonNodeLost)
-	f.G.Expect(lost).NotTo(BeNil())
+	lost := f.eventOn(name, ipv1.ReasonNodeLost)
 	f.G.Expect(lost.Note).To(ContainSubstring("witnesses of node " + a))
 }
 
@@ -225,7 +224,6 @@ func TestWitnessesNamedForAHoldThatHadNone(t *testing.T) {
 	// made above ends the hold.
 	agentA.noClaim.Store(false)
 	f.G.Eventually(func() string { return f.ip(name).Status.AttachedNode }, testenv.WaitFor).Should(BeEmpty())
-	lost := ipEvent(f.Ctx, name, ipv1.ReasonNodeLost)
-	f.G.Expect(lost).NotTo(BeNil())
+	lost := f.eventOn(name, ipv1.ReasonNodeLost)
 	f.G.Expect(lost.Note).To(ContainSubstring("witnesses of node " + a))
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -52,6 +54,19 @@ func podOf(component, node string) string {
 		}
 	}
 	return ""
+}
+
+// runningPodOf waits (up to a minute) for the pod of one of the install's
+// components to run on node, and returns its key: the lab starts a
+// DaemonSet's pods one node after the other, and a test that starts right
+// after the install may come before its node's.
+func runningPodOf(g Gomega, component, node string) string {
+	var key string
+	g.Eventually(func() string {
+		key = podOf(component, node)
+		return key
+	}, time.Minute, 250*time.Millisecond).ShouldNot(BeEmpty(), "no %s running on %s", component, node)
+	return key
 }
 
 // podNode is the node of a running pod of the install.

@@ -61,8 +61,7 @@ func TestDeployedRebootThroughTheAgent(t *testing.T) {
 	t.Cleanup(func() { _ = c.Delete(ctx, group) })
 	before, err := theLab.BootID(ctx, node)
 	g.Expect(err).NotTo(HaveOccurred())
-	agent := podOf("reboot-agent", node)
-	g.Expect(agent).NotTo(BeEmpty())
+	agent := runningPodOf(g, "reboot-agent", node)
 	pid := deployed.Process(agent, "agent").PID()
 
 	g.Expect(os.WriteFile(theLab.SentinelFile(node), nil, 0o644)).To(Succeed())
@@ -96,8 +95,7 @@ func TestDeployedRebootAgentSeesOnlyItsSentinel(t *testing.T) {
 	needRoot(t)
 	g := NewWithT(t)
 	for _, node := range theLab.Nodes {
-		agent := podOf("reboot-agent", node)
-		g.Expect(agent).NotTo(BeEmpty(), node)
+		agent := runningPodOf(g, "reboot-agent", node)
 		var hostMounts []string
 		g.Eventually(func(g Gomega) {
 			p := deployed.Process(agent, "agent")
