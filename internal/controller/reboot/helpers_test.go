@@ -423,3 +423,30 @@ func stallBeforeGrant(t *testing.T, a *Reconciler, node string) (resume func(), 
 	}
 	return func() { close(resumed) }, aDone
 }
+
+// rollToTheEnd reconciles with r, as its requeues would, until every named
+// node is rebooted and released; meanwhile it plays their agents: a node
+// ordered to reboot comes back at once in a new boot.
+func rollToTheEnd(t *testing.T, r *Reconciler, c client.Client, names []string) {
+	t.Helper()
+	ctx := t.Context()
+	eventuallyWithin(t, waitFor, "every node rebooted and released", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		done := 0
+		for _, name := range names {
+			n := getNodeFrom(t, c, name)
+			switch {
+			case protocolDone(n):
+				done++
+			case n.Annotations[rebootv1.AnnotationNow] != "" && n.Status.NodeInfo.BootID == n.Annotations[rebootv1.AnnotationBootID]:
+				n.Status.NodeInfo.BootID += "+"
+				if err := c.Status().Update(ctx, n); err != nil {
+					return false, err
+				}
+			}
+		}
+		return done == len(names), nil
+	})
+}

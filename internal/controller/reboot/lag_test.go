@@ -240,26 +240,7 @@ func TestOwnWritesOverlayLaggingCaches(t *testing.T) {
 	}
 	a.Reader = frozen
 	a.LedgerReader = freezeLedger(t, c)
-	eventuallyWithin(t, waitFor, "both nodes rebooted and released", func() (bool, error) {
-		if _, err := a.Reconcile(ctx, rollout); err != nil {
-			return false, err
-		}
-		done := 0
-		for _, name := range names {
-			n := getNodeFrom(t, c, name)
-			switch {
-			case protocolDone(n):
-				done++
-			case n.Annotations[rebootv1.AnnotationNow] != "" && n.Status.NodeInfo.BootID == n.Annotations[rebootv1.AnnotationBootID]:
-				// The agent: ordered, it comes back at once in a new boot.
-				n.Status.NodeInfo.BootID += "+"
-				if err := c.Status().Update(ctx, n); err != nil {
-					return false, err
-				}
-			}
-		}
-		return done == len(names), nil
-	})
+	rollToTheEnd(t, a, c, names)
 	if n := refused.Load(); n != 0 {
 		t.Errorf("%d of the controller's ledger and group status writes were refused as made over an old version, want 0", n)
 	}

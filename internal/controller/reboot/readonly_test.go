@@ -72,25 +72,7 @@ func TestReconcileNeverChangesTheNodesItReads(t *testing.T) {
 	shared := &sharingNodes{Reader: c}
 	a := rival(t, env, c)
 	a.Reader = shared
-	eventuallyWithin(t, waitFor, "both nodes rebooted and released", func() (bool, error) {
-		if _, err := a.Reconcile(ctx, rollout); err != nil {
-			return false, err
-		}
-		done := 0
-		for _, name := range names {
-			n := getNodeFrom(t, c, name)
-			switch {
-			case protocolDone(n):
-				done++
-			case n.Annotations[rebootv1.AnnotationNow] != "" && n.Status.NodeInfo.BootID == n.Annotations[rebootv1.AnnotationBootID]:
-				n.Status.NodeInfo.BootID += "+"
-				if err := c.Status().Update(ctx, n); err != nil {
-					return false, err
-				}
-			}
-		}
-		return done == len(names), nil
-	})
+	rollToTheEnd(t, a, c, names)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	for i, n := range shared.handed {
