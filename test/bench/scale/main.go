@@ -23,6 +23,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // -pprof-addr
 	"net/netip"
 	"os"
 	"os/signal"
@@ -81,6 +82,7 @@ type options struct {
 	profile         time.Duration
 	finalizerPolicy bool
 	witnessScale    int
+	pprofAddr       string
 }
 
 func main() {
@@ -97,7 +99,11 @@ func main() {
 	flag.IntVar(&o.witnessScale, "witness-timing-scale", 1, "multiply the light agents' witness timing (probe interval, hold, silent-after, fence slack; the safety inequality is linear in them) by this: "+
 		"1 is the ip-agent's defaults; more spares the single process's CPU, whose stalls otherwise lapse holds that a node with its own CPU keeps")
 	flag.DurationVar(&o.profile, "profile", 30*time.Second, "how long a CPU profile of the manager is taken from its start (kept beside its log; 0: none)")
+	flag.StringVar(&o.pprofAddr, "pprof-addr", "", "serve this process's pprof (the light agents' CPU and heap) on this address, e.g. 127.0.0.1:6062 (empty: off)")
 	flag.Parse()
+	if o.pprofAddr != "" {
+		go func() { _ = http.ListenAndServe(o.pprofAddr, nil) }() //nolint:gosec // a bench's local debug endpoint
+	}
 	if o.ips > 1<<15 || o.nodes < 1 || o.ips < 1 || o.witnessScale < 1 {
 		fmt.Fprintln(os.Stderr, "bench-scale: need 1 <= -nodes, 1 <= -ips <= 32768, 1 <= -witness-timing-scale")
 		os.Exit(2)
