@@ -58,9 +58,7 @@ func LeaseName(component, node string) string { return component + "-" + node }
 
 // Config configures a Heartbeat.
 type Config struct {
-	// Client reaches the API server directly (not through a cache); give
-	// it SendOnce(...), so that a refused request is not tried again
-	// behind the Heartbeat's own pace and backoff.
+	// Client reaches the API server directly (not through a cache).
 	Client coordinationclient.LeasesGetter
 	// Namespace and Component name the Lease: <component>-<node>.
 	Namespace, Component, Node string
