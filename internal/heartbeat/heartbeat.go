@@ -192,18 +192,13 @@ func (h *Heartbeat) succeeded() {
 }
 
 // failed notes a renewal that did not land: an idle one is tried again
-// after the backoff's next step, or after the wait the API server asked
-// for (Retry-After) if that is longer; a woken one at the next tick.
-func (h *Heartbeat) failed(start time.Time, idle, woken bool, err error) {
+// after the backoff's next step, a woken one at the next tick.
+func (h *Heartbeat) failed(start time.Time, idle, woken bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.news = h.news || woken
 	if idle {
-		wait := h.backoff.Step()
-		if s, ok := apierrors.SuggestsClientDelay(err); ok {
-			wait = max(wait, time.Duration(s)*time.Second)
-		}
-		h.retryAt = start.Add(wait)
+		h.retryAt = start.Add(h.backoff.Step())
 	}
 }
 
@@ -348,7 +343,7 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	defer cancel()
 	if err := h.write(ctx, start, idle); err != nil {
 		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
-		h.failed(start, idle, woken, err)
+		h.failed(start, idle, woken)
 		h.checkLapse()
 		return
 	}

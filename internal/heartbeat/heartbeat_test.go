@@ -608,8 +608,6 @@ func TestWakeAfterTheHoldRanOutStillWrites(t *testing.T) {
 type leaseTraffic struct {
 	overloaded         atomic.Bool
 	gets, writes, sent atomic.Int32
-	// retryAfter is the Retry-After of the refusals, in seconds (0: 1).
-	retryAfter int
 }
 
 func (f *leaseTraffic) install(c *fake.Clientset) {
@@ -622,7 +620,7 @@ func (f *leaseTraffic) install(c *fake.Clientset) {
 			f.writes.Add(1)
 		}
 		if f.overloaded.Load() {
-			return true, nil, apierrors.NewTooManyRequests("the server is overloaded", max(f.retryAfter, 1))
+			return true, nil, apierrors.NewTooManyRequests("the server is overloaded", 1)
 		}
 		return false, nil, nil
 	})
@@ -905,29 +903,4 @@ func TestARenewalThatMayHaveLandedIsReadAgain(t *testing.T) {
 	g.Expect(api.wrote.Load()).To(BeEquivalentTo(3), "renewed again")
 	g.Expect(api.conflicts.Load()).To(BeZero(), "updated from the stale copy")
 	g.Expect(api.gets.Load()).To(Equal(gets+1), "read once before the update")
-}
-
-// An idle renewal refused with a Retry-After longer than the backoff's
-// step waits that long: the API server knows its load better than the
-// backoff does.
-func TestIdleRenewalsWaitTheRetryAfter(t *testing.T) {
-	g := NewWithT(t)
-	clock := newFakeClock()
-	api := &leaseTraffic{retryAfter: 3}
-	var cb callbacks
-	_, tick := agentHeartbeat(t, api, clock, &cb, true)
-	tick(false)
-	clock.Add(8 * time.Second) // the idle renewal is due
-	api.overloaded.Store(true)
-	var at []time.Duration
-	for elapsed := time.Duration(0); elapsed < 8*time.Second; elapsed += 500 * time.Millisecond {
-		before := api.sent.Load()
-		tick(false)
-		if api.sent.Load() > before {
-			at = append(at, elapsed)
-		}
-		clock.Add(500 * time.Millisecond)
-	}
-	g.Expect(at).To(Equal([]time.Duration{0, 3 * time.Second, 6 * time.Second}),
-		"attempts in the 8 s after the idle renewal fell due, refused with Retry-After: 3")
 }
