@@ -118,7 +118,7 @@ func cloneWitness(w *Witness) *Witness {
 	if w == nil {
 		return nil
 	}
-	return &Witness{timing: w.timing, heard: maps.Clone(w.heard), declared: maps.Clone(w.declared)}
+	return &Witness{timing: w.timing, heard: maps.Clone(w.heard), declared: maps.Clone(w.declared), lastTick: w.lastTick}
 }
 
 func cloneHolder(h *Holder) *Holder {
@@ -491,9 +491,18 @@ func (m model) key(s *state) string {
 			fmt.Fprintf(&b, "c%d%v|", n.claim.gen, n.claim.ws)
 		}
 		if n.w != nil {
+			// A witness's silences are counted up to its last Tick (it
+			// credits a pause since; see Tick), which is now unless it is
+			// frozen; any pause longer than pauseTicks intervals is
+			// credited alike.
+			heardAt := n.now
+			if !n.w.lastTick.IsZero() {
+				heardAt = n.w.lastTick.Sub(epoch)
+				fmt.Fprintf(&b, "t%d ", age(n.now, n.w.lastTick, pauseTicks*n.timing.ProbeInterval+1))
+			}
 			for _, node := range slices.Sorted(maps.Keys(n.w.heard)) {
 				h := n.w.heard[node]
-				fmt.Fprintf(&b, "h%s%d@%d ", node, h.gen, age(n.now, h.last, n.timing.SilentAfter))
+				fmt.Fprintf(&b, "h%s%d@%d ", node, h.gen, age(heardAt, h.last, n.timing.SilentAfter))
 			}
 			for _, node := range slices.Sorted(maps.Keys(n.w.declared)) {
 				fmt.Fprintf(&b, "x%s%d ", node, n.w.declared[node])

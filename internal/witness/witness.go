@@ -49,6 +49,9 @@ type Witness struct {
 	timing   Timing
 	heard    map[string]heard
 	declared map[string]Gen
+	// lastTick is when Tick last ran: a longer gap than its cadence means
+	// the witness itself was paused (frozen, starved), and did not listen.
+	lastTick time.Time
 }
 
 // NewWitness starts a witness from the declarations it has published
@@ -82,7 +85,22 @@ func (w *Witness) Probe(node string, gen Gen, seq uint64, now time.Time) Answer 
 // Tick declares silent every generation not heard for SilentAfter and
 // returns the new declarations, which the agent must publish. From the
 // moment Tick returns, the witness no longer vouches for them.
+//
+// Tick is meant to run every ProbeInterval. Silence counts only over time
+// the witness was listening: after a longer gap (the witness was frozen or
+// starved; the probes it missed may still wait in its socket) the gap
+// beyond one interval is not counted, so a witness that wakes up does not
+// declare a holder that kept probing all along. Counting less silence only
+// ever delays a declaration, which the safety argument allows.
 func (w *Witness) Tick(now time.Time) []Hold {
+	if gap := now.Sub(w.lastTick); !w.lastTick.IsZero() && gap > pauseTicks*w.timing.ProbeInterval {
+		unheard := gap - w.timing.ProbeInterval
+		for node, h := range w.heard {
+			h.last = minTime(h.last.Add(unheard), now)
+			w.heard[node] = h
+		}
+	}
+	w.lastTick = now
 	var out []Hold
 	for node, h := range w.heard {
 		if now.Sub(h.last) < w.timing.SilentAfter {
@@ -96,6 +114,17 @@ func (w *Witness) Tick(now time.Time) []Hold {
 	}
 	slices.SortFunc(out, func(a, b Hold) int { return strings.Compare(a.Node, b.Node) })
 	return out
+}
+
+// pauseTicks is how many intervals between two Ticks mean a pause rather
+// than a late tick.
+const pauseTicks = 2
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // Declared is every node's highest generation declared silent: what the

@@ -78,6 +78,46 @@ func TestWitnessVouchesUntilSilentThenNever(t *testing.T) {
 	}
 }
 
+// A witness frozen for seconds (SIGSTOP, a starved process) wakes up with
+// the probes it missed still in its socket: its first Tick may run before
+// it reads them, and must not declare a holder that probed all along. It
+// declares one that really went silent once it has listened for
+// SilentAfter since it woke (less what it had heard before it froze).
+func TestAWitnessDoesNotCountItsOwnPauseAsSilence(t *testing.T) {
+	tm := DefaultTiming()
+	w := NewWitness(tm, nil)
+	t0 := time.Unix(0, 0)
+	w.Probe("alive", 3, 1, t0)
+	w.Probe("dead", 4, 1, t0)
+	w.Tick(t0.Add(tm.ProbeInterval))
+	woke := t0.Add(5 * time.Second) // frozen since the tick above
+	if got := w.Tick(woke); len(got) != 0 {
+		t.Fatalf("the woken witness declared %v before reading what it missed", got)
+	}
+	if a := w.Probe("alive", 3, 2, woke.Add(time.Millisecond)); !a.Vouch {
+		t.Fatalf("the live holder's queued probe after the pause: %+v", a)
+	}
+	var declared []Hold
+	for now := woke.Add(tm.ProbeInterval); now.Before(woke.Add(2 * tm.SilentAfter)); now = now.Add(tm.ProbeInterval) {
+		w.Probe("alive", 3, uint64(now.Sub(woke)/tm.ProbeInterval)+2, now)
+		for _, h := range w.Tick(now) {
+			// Listened to before the pause: one interval, and one more
+			// counted of the gap.
+			if h.Node == "dead" && now.Sub(woke) < tm.SilentAfter-2*tm.ProbeInterval {
+				t.Fatalf("dead declared %s after the wake: it was listened to for %s before, SilentAfter is %s",
+					now.Sub(woke), 2*tm.ProbeInterval, tm.SilentAfter)
+			}
+			if h.Node == "dead" && now.Sub(woke) > tm.SilentAfter {
+				t.Fatalf("dead declared only %s after the wake (SilentAfter %s)", now.Sub(woke), tm.SilentAfter)
+			}
+			declared = append(declared, h)
+		}
+	}
+	if len(declared) != 1 || declared[0] != (Hold{Node: "dead", Gen: 4}) {
+		t.Fatalf("declared %v, want only dead/4", declared)
+	}
+}
+
 func TestWitnessRestartKeepsDeclarations(t *testing.T) {
 	w := NewWitness(DefaultTiming(), map[string]Gen{"a": 7})
 	if a := w.Probe("a", 7, 1, time.Unix(0, 0)); a.Vouch {
