@@ -147,10 +147,12 @@ func New(ctx context.Context, c Config, cs kubernetes.Interface, namespace, node
 			}
 		},
 		OnDeclared: func(d []witness.Hold) {
+			declarations.Add(float64(len(d)))
 			log.Info("Declared silent", "holds", d)
 			publish()
 		},
 		OnLost: func() {
+			generationsLost.Inc()
 			log.Info("A witness declared this node's generation silent: stopping, and starting a new generation")
 			err := agent.WitnessesLost(func() error { return w.peer.Restart(witness.NextGen(w.peer.Gen(), time.Now())) })
 			if err != nil {

@@ -52,6 +52,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/test/bench/stats"
@@ -291,6 +292,7 @@ func run(o options) (err error) {
 		return fmt.Errorf("waiting for %d IPs to be Ready (%d are): %w", o.ips, obs.ready(), err)
 	}
 	converge := time.Since(start)
+	declaredConverging, lostConverging := witnessChurn()
 	fmt.Printf("a List sees %d of %d Ready now\n", listReady(ctx, c), o.ips)
 	if after, err := writes(ctx, cs); err == nil {
 		writesPerIP(before, after, o.ips)
@@ -312,6 +314,11 @@ func run(o options) (err error) {
 	fmt.Printf("steady CPU of the light agents: %.1f ms/s per agent (this process, the observer included)\n",
 		(cpuSeconds(os.Getpid())-cpu0)/time.Since(t0).Seconds()/float64(o.nodes)*1000)
 	perNode := max(steady-background, 0) / float64(o.nodes)
+	// No node dies in this bench: every declaration is a false one, and
+	// each costs its holder a new generation and its IPs a re-claim.
+	declared, lost := witnessChurn()
+	fmt.Printf("witness declarations (all false: no node died): %.0f while converging, %.0f in the steady state; generations lost: %.0f, %.0f\n",
+		declaredConverging, declared-declaredConverging, lostConverging, lost-lostConverging)
 	fmt.Printf("steady writes: %.1f/s in all, %.1f/s of them kwok's: %.3f per node per second\n", steady, background, perNode)
 
 	managerRSS := peakRSSMiB(m.PID())
@@ -762,4 +769,24 @@ func profileSelf(ctx context.Context, d time.Duration, path string) {
 		return
 	}
 	fmt.Printf("light agents' CPU profile kept in %s\n", path)
+}
+
+// witnessChurn reads the light agents' witness counters (they share this
+// process's registry): declarations made, generations lost.
+func witnessChurn() (declared, lost float64) {
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "kubext_witness_declarations_total":
+				declared += m.GetCounter().GetValue()
+			case "kubext_witness_generations_lost_total":
+				lost += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return declared, lost
 }

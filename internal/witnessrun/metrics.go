@@ -1,0 +1,23 @@
+package witnessrun
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Where no node failed, every declaration is a false one (a witness that
+// did not hear a live holder in time: a starved agent, a lossy link), and
+// each costs the holder a restart of its generation and its addresses a
+// moment of silence: worth an alert when it grows.
+var (
+	declarations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kubext_witness_declarations_total",
+		Help: "Generations of other nodes this node, as a witness, declared silent.",
+	})
+	generationsLost = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "kubext_witness_generations_lost_total",
+		Help: "Times a witness told this node its generation was declared silent (the node stopped answering and started a new one).",
+	})
+)
+
+func init() { metrics.Registry.MustRegister(declarations, generationsLost) }
