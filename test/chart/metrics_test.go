@@ -23,6 +23,7 @@ import (
 	_ "github.com/kubext/kubext/internal/controller/ip"
 	_ "github.com/kubext/kubext/internal/controller/ippool"
 	_ "github.com/kubext/kubext/internal/controller/reboot"
+	_ "github.com/kubext/kubext/internal/witnessrun"
 )
 
 // metricPackages are the packages imported above, and the binaries that
@@ -31,6 +32,7 @@ var metricPackages = map[string][]string{
 	"github.com/kubext/kubext/internal/controller/ip":     {"./cmd/manager"},
 	"github.com/kubext/kubext/internal/controller/ippool": {"./cmd/manager"},
 	"github.com/kubext/kubext/internal/controller/reboot": {"./cmd/manager"},
+	"github.com/kubext/kubext/internal/witnessrun":        {"./cmd/ip-agent"},
 	// controller-runtime's own: reconcile, work queue, client and leader
 	// election metrics, in the manager and both agents.
 	"sigs.k8s.io/controller-runtime/pkg/metrics":                     {"./cmd/manager", "./cmd/ip-agent", "./cmd/reboot-agent"},

@@ -198,12 +198,13 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("%d kwok nodes Ready in %.1f s\n", len(nodes), time.Since(t0).Seconds())
 
-	// Background writes (kwok's node heartbeats) before kubext runs.
+	// Background writes (kwok's nodes, the control plane's leader Leases)
+	// before kubext runs.
 	background, err := writesOver(ctx, cs, 10*time.Second)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("background (kwok) writes: %.1f/s\n", background)
+	describeRates("background writes (before kubext)", background)
 
 	floor, err := measureFloor(ctx, floorClient, o.ips)
 	if err != nil {
@@ -303,23 +304,34 @@ func run(o options) (err error) {
 		o.ips, converge.Seconds(), floor.Seconds(), stats.Percentile(attach, 50), p99)
 
 	// Steady state: nothing changes; what do kubext's components write?
-	time.Sleep(5 * time.Second)
+	// First the writes that trail the convergence drain (the recorders'
+	// queued Events are most of them).
+	settled, err := settle(ctx, cs, 3*time.Minute)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		fmt.Printf("%v: measuring the steady state anyway\n", err)
+	default:
+		fmt.Printf("trailing writes drained %.0f s after convergence\n", settled.Seconds())
+	}
 	cpu0, t0 := cpuSeconds(os.Getpid()), time.Now()
 	steady, err := writesOver(ctx, cs, o.steady)
 	if err != nil {
 		return err
 	}
+	describeRates("steady writes", steady)
 	// What the light agents (witness probes and answers, heartbeats,
 	// resyncs) cost this process in the steady state, per agent.
 	fmt.Printf("steady CPU of the light agents: %.1f ms/s per agent (this process, the observer included)\n",
 		(cpuSeconds(os.Getpid())-cpu0)/time.Since(t0).Seconds()/float64(o.nodes)*1000)
-	perNode := max(steady-background, 0) / float64(o.nodes)
+	perNode := kubextWrites(steady, background) / float64(o.nodes)
 	// No node dies in this bench: every declaration is a false one, and
 	// each costs its holder a new generation and its IPs a re-claim.
 	declared, lost := witnessChurn()
 	fmt.Printf("witness declarations (all false: no node died): %.0f while converging, %.0f in the steady state; generations lost: %.0f, %.0f\n",
 		declaredConverging, declared-declaredConverging, lostConverging, lost-lostConverging)
-	fmt.Printf("steady writes: %.1f/s in all, %.1f/s of them kwok's: %.3f per node per second\n", steady, background, perNode)
+	fmt.Printf("steady writes of kubext (Leases beyond the background's, IPs, IPAddresses, IPPools, Events): %.3f per node per second\n", perNode)
 
 	managerRSS := peakRSSMiB(m.PID())
 	runtime.GC()
@@ -605,18 +617,79 @@ func (o *observer) attachLatencies() []float64 {
 
 // writesOver is the API server's write rate (apiserver_request_total of
 // POST, PUT, PATCH, DELETE and APPLY, every client) over window.
-func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Duration) (float64, error) {
+func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Duration) (map[string]float64, error) {
 	a, err := writes(ctx, cs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	start := time.Now()
-	time.Sleep(window)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(window):
+	}
 	b, err := writes(ctx, cs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return (total(b) - total(a)) / time.Since(start).Seconds(), nil
+	secs := time.Since(start).Seconds()
+	rates := map[string]float64{}
+	for k, v := range b {
+		if d := (v - a[k]) / secs; d > 0 {
+			rates[k] = d
+		}
+	}
+	return rates, nil
+}
+
+// describeRates prints rates by verb and resource, the largest first.
+func describeRates(what string, rates map[string]float64) {
+	keys := slices.Collect(maps.Keys(rates))
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(rates[y], rates[x]) })
+	var parts []string
+	for _, k := range keys {
+		if rates[k] >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, rates[k]))
+		}
+	}
+	fmt.Printf("%s: %.1f/s: %s\n", what, total(rates), strings.Join(parts, ", "))
+}
+
+// kubextWrites is the part of rates to resources kubext's components write
+// (Leases, IPs, IPAddresses, IPPools, Events), less the Lease writes that
+// were there before kubext ran (kube-controller-manager's and the
+// scheduler's leader Leases): kwok's writes (Nodes) are left out, whatever
+// their rate now.
+func kubextWrites(rates, background map[string]float64) float64 {
+	var sum float64
+	for k, v := range rates {
+		_, res, _ := strings.Cut(k, " ")
+		res, _, _ = strings.Cut(res, "/")
+		switch res {
+		case "leases":
+			sum += max(v-background[k], 0)
+		case "ips", "ipaddresses", "ippools", "events":
+			sum += v
+		}
+	}
+	return sum
+}
+
+// settle waits, up to limit, until the writes that trail a convergence
+// (Events queued by the components' recorders, late status writes) have
+// drained: a 5 s window with less than one Event or IP write a second.
+func settle(ctx context.Context, cs *kubernetes.Clientset, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for time.Since(start) < limit {
+		r, err := writesOver(ctx, cs, 5*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		if r["POST events"]+r["PATCH ips/status"]+r["PATCH ips"] < 1 {
+			return time.Since(start), nil
+		}
+	}
+	return time.Since(start), fmt.Errorf("writes still trailing %s after convergence", limit)
 }
 
 // writes are the API server's writes so far (apiserver_request_total of
