@@ -9,22 +9,30 @@
 // duration; the agent fences after FenceAfter, which is shorter than that
 // duration, so it has stopped answering before its work is moved.
 //
-// For that to hold, nothing may hold up the renewals and the lapse check:
-// the callbacks run on goroutines of their own (see notifier), never on
-// the loop that renews and checks.
+// For that to hold, nothing may hold up the lapse check: it runs on a
+// goroutine of its own, so a renewal that waits for a slow API server
+// delays no fencing, and the callbacks run on goroutines of their own
+// (see notifier), never on the loop that renews or on the check.
 //
 // At scale the renewals are most of what the agents ask of the API server,
 // so an overloaded server must not be asked more: a failed idle renewal is
 // retried after a growing, jittered wait rather than at every tick, a
 // failure that cannot have changed the Lease keeps the copy the next
-// update is made from (no extra GET), and idle renewals are spread by a
-// jitter so that agents that fell into step (all renewed at once after a
-// stall) drift apart. None of this touches a renewal that keeps a hold on
-// the Lease: those go out at every tick, as the fencing argument assumes.
+// update is made from (no extra GET) while one that may have landed is
+// read again (not updated from a copy it made stale, which can only
+// conflict), an idle renewal may wait longer for its answer than one that
+// keeps a hold (a write abandoned after its 1.5 s lands all the same and
+// costs a conflict and a read: at 1,000 nodes such writes, not the
+// renewals themselves, were most of the Lease traffic), and idle renewals
+// are spread by a jitter so that agents that fell into step (all renewed
+// at once after a stall) drift apart. None of this touches a renewal that
+// keeps a hold on the Lease: those go out at every tick, bounded by the
+// hold, as the fencing argument assumes.
 package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -50,7 +58,9 @@ func LeaseName(component, node string) string { return component + "-" + node }
 
 // Config configures a Heartbeat.
 type Config struct {
-	// Client reaches the API server directly (not through a cache).
+	// Client reaches the API server directly (not through a cache); give
+	// it SendOnce(...), so that a refused request is not tried again
+	// behind the Heartbeat's own pace and backoff.
 	Client coordinationclient.LeasesGetter
 	// Namespace and Component name the Lease: <component>-<node>.
 	Namespace, Component, Node string
@@ -184,13 +194,18 @@ func (h *Heartbeat) succeeded() {
 }
 
 // failed notes a renewal that did not land: an idle one is tried again
-// after the backoff's next step, a woken one at the next tick.
-func (h *Heartbeat) failed(start time.Time, idle, woken bool) {
+// after the backoff's next step, or after the wait the API server asked
+// for (Retry-After) if that is longer; a woken one at the next tick.
+func (h *Heartbeat) failed(start time.Time, idle, woken bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.news = h.news || woken
 	if idle {
-		h.retryAt = start.Add(h.backoff.Step())
+		wait := h.backoff.Step()
+		if s, ok := apierrors.SuggestsClientDelay(err); ok {
+			wait = max(wait, time.Duration(s)*time.Second)
+		}
+		h.retryAt = start.Add(wait)
 	}
 }
 
@@ -224,10 +239,25 @@ func (h *Heartbeat) NeedLeaderElection() bool { return false }
 func (h *Heartbeat) Start(ctx context.Context) error {
 	stop := h.notify.start(ctx, h.cfg.OnRenewed)
 	defer stop()
+	// The hold is checked on a goroutine of its own, so that fencing is on
+	// time whatever a renewal's write waits for.
+	checking := make(chan struct{})
+	go func() {
+		defer close(checking)
+		check := time.NewTicker(h.cfg.RenewInterval / 4)
+		defer check.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-check.C:
+				h.checkLapse()
+			}
+		}
+	}()
+	defer func() { <-checking }()
 	renew := time.NewTicker(h.cfg.RenewInterval)
 	defer renew.Stop()
-	check := time.NewTicker(h.cfg.RenewInterval / 4)
-	defer check.Stop()
 	h.renew(ctx)
 	for {
 		select {
@@ -237,23 +267,26 @@ func (h *Heartbeat) Start(ctx context.Context) error {
 			h.renew(ctx)
 		case <-h.wake:
 			h.renewNow(ctx, true)
-		case <-check.C:
-			h.checkLapse()
 		}
 	}
 }
 
+// checkLapse ends the hold FenceAfter after the start of the last
+// successful renewal. It runs on the checking goroutine and on the
+// renewing loop; OnLost and OnRegained are queued under mu, so that they
+// are called in the order the hold changed.
 func (h *Heartbeat) checkLapse() {
 	h.mu.Lock()
 	lapsed := h.held && h.cfg.now().Sub(h.lastStart) >= h.cfg.FenceAfter
 	if lapsed {
 		h.held = false
+		h.notify.change(h.cfg.OnLost)
 	}
+	quiet := h.lastIdle
 	h.mu.Unlock()
 	if lapsed {
 		// Between idle renewals the hold lapses by design: quietly.
-		h.cfg.Log.V(h.verbosity()).Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
-		h.notify.change(h.cfg.OnLost)
+		h.cfg.Log.V(verbosity(quiet)).Info("Lost the heartbeat lease: fencing", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
 	}
 }
 
@@ -286,8 +319,12 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 			return
 		}
 	}
-	// A renewal that hangs must not delay fencing: it may take only the
-	// time left before the hold lapses.
+	// A renewal that keeps a hold on the Lease may take only the time left
+	// before the hold lapses: a success after that could not extend it.
+	// An idle one keeps no hold on the Lease (the lapse is checked on its
+	// own goroutine either way), so it may wait for a slow API server up
+	// to a quarter of its interval: one abandoned sooner has usually
+	// landed all the same, and costs a conflict and a read to find out.
 	left := h.cfg.FenceAfter
 	h.mu.Lock()
 	if h.held {
@@ -306,32 +343,38 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 		h.checkLapse()
 		left = h.cfg.FenceAfter
 	}
+	if idle {
+		left = max(left, h.cfg.IdleRenewInterval/idleRetryCap)
+	}
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	if err := h.write(ctx, start, idle); err != nil {
 		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
-		h.failed(start, idle, woken)
+		h.failed(start, idle, woken, err)
 		h.checkLapse()
 		return
 	}
 	h.mu.Lock()
-	regained := !h.held
-	h.lastStart, h.held, h.lastIdle = start, true, idle
+	// A write that took longer than FenceAfter (an idle one may) is a
+	// renewal, but too late to hold anything by.
+	fresh := h.cfg.now().Sub(start) < h.cfg.FenceAfter
+	regained := !h.held && fresh
+	h.lastStart, h.held, h.lastIdle = start, h.held || fresh, idle
 	h.succeeded()
+	if regained {
+		h.notify.change(h.cfg.OnRegained)
+	}
 	h.mu.Unlock()
 	if regained {
-		h.cfg.Log.V(h.verbosity()).Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
-		h.notify.change(h.cfg.OnRegained)
+		h.cfg.Log.V(verbosity(idle)).Info("Holding the heartbeat lease", "lease", LeaseName(h.cfg.Component, h.cfg.Node))
 	}
 	h.notify.renewed()
 }
 
 // verbosity is the level of the hold's comings and goings: routine
 // between idle renewals.
-func (h *Heartbeat) verbosity() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.lastIdle {
+func verbosity(idle bool) int {
+	if idle {
 		return 1
 	}
 	return 0
@@ -357,17 +400,25 @@ func (h *Heartbeat) write(ctx context.Context, start time.Time, idle bool) error
 	}
 	l, err := leases.Update(ctx, h.desired(h.lease.DeepCopy(), start, idle), metav1.UpdateOptions{})
 	if err != nil {
-		// Re-read on the next round only when the Lease changed or went
-		// away. Throttled (429), timed out or refused, the copy is still
-		// the one to update from; if a timed-out write landed after all,
-		// the next update conflicts and re-reads then.
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		// Re-read on the next round only when the Lease changed, went
+		// away, or may have: a write that timed out has usually landed
+		// (the API server goes on with it), and an update from the old
+		// copy would only conflict. Throttled (429) or refused, the copy
+		// is still the one to update from.
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) || timedOut(err) {
 			h.lease = nil
 		}
 		return err
 	}
 	h.lease = l
 	return nil
+}
+
+// timedOut tells a write whose outcome is unknown: the client gave up
+// waiting, or the API server answered that it did.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time, idle bool) *coordinationv1.Lease {
@@ -391,7 +442,10 @@ func (h *Heartbeat) desired(l *coordinationv1.Lease, start time.Time, idle bool)
 	}
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(d / time.Second))
 	l.Spec.RenewTime = &metav1.MicroTime{Time: start}
-	if l.Spec.AcquireTime == nil || !h.held {
+	h.mu.Lock()
+	held := h.held
+	h.mu.Unlock()
+	if l.Spec.AcquireTime == nil || !held {
 		l.Spec.AcquireTime = &metav1.MicroTime{Time: start}
 	}
 	return l

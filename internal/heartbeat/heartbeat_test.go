@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -607,6 +608,8 @@ func TestWakeAfterTheHoldRanOutStillWrites(t *testing.T) {
 type leaseTraffic struct {
 	overloaded         atomic.Bool
 	gets, writes, sent atomic.Int32
+	// retryAfter is the Retry-After of the refusals, in seconds (0: 1).
+	retryAfter int
 }
 
 func (f *leaseTraffic) install(c *fake.Clientset) {
@@ -619,7 +622,7 @@ func (f *leaseTraffic) install(c *fake.Clientset) {
 			f.writes.Add(1)
 		}
 		if f.overloaded.Load() {
-			return true, nil, apierrors.NewTooManyRequests("the server is overloaded", 1)
+			return true, nil, apierrors.NewTooManyRequests("the server is overloaded", max(f.retryAfter, 1))
 		}
 		return false, nil, nil
 	})
@@ -750,4 +753,181 @@ func TestFullRateRenewalsAreNotBackedOff(t *testing.T) {
 		tick(false)
 	}
 	g.Expect(api.sent.Load()).To(Equal(sent+10), "a tick without an attempt")
+}
+
+// slowLeases answers Lease updates after delay, as an API server queueing
+// its requests does; an update whose context ends first is not made.
+type slowLeases struct {
+	coordinationclient.LeasesGetter
+	delay             time.Duration
+	updates, failures *atomic.Int32
+}
+
+func (s slowLeases) Leases(ns string) coordinationclient.LeaseInterface {
+	return slowLease{s.LeasesGetter.Leases(ns), s}
+}
+
+type slowLease struct {
+	coordinationclient.LeaseInterface
+	s slowLeases
+}
+
+func (l slowLease) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	l.s.updates.Add(1)
+	select {
+	case <-ctx.Done():
+		l.s.failures.Add(1)
+		return nil, ctx.Err()
+	case <-time.After(l.s.delay):
+	}
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// An idle renewal keeps no hold on the Lease, so it may wait for a slow
+// API server longer than the hold lasts: abandoned at FenceAfter, as a
+// renewal that keeps a hold must be, it would fail every time the server
+// takes longer than that (and at scale, landing all the same, cost a
+// conflict and a read each: most of the Lease traffic in bench-scale at
+// 1,000 nodes). A success that came after FenceAfter holds nothing: it
+// does not call OnRegained. The hold still lapses on time meanwhile.
+func TestAnIdleRenewalMayWaitLongerThanTheHold(t *testing.T) {
+	g := NewWithT(t)
+	var updates, failures atomic.Int32
+	var cb callbacks
+	cfg := cb.config(testConfig(slowLeases{fake.NewClientset().CoordinationV1(), 400 * time.Millisecond, &updates, &failures}))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = time.Second, 100*time.Millisecond, 300*time.Millisecond
+	// Idle writes may take a quarter of 2 s: 500 ms, more than the 400 ms
+	// the server takes and than the 300 ms the hold lasts.
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 4*time.Second, 2*time.Second
+	var lostAt atomic.Pointer[time.Time]
+	cfg.OnLost = func() {
+		now := time.Now()
+		lostAt.CompareAndSwap(nil, &now)
+		cb.lost.Add(1)
+	}
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	started := time.Now()
+	run(t, h) // the first renewal creates the Lease, at once
+	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(1))
+	g.Eventually(lostAt.Load, time.Second, 5*time.Millisecond).ShouldNot(BeNil())
+	g.Expect(lostAt.Load().Sub(started)).To(BeNumerically("<", 300*time.Millisecond+150*time.Millisecond), "the hold lapsed on time")
+
+	g.Eventually(func() int32 { return updates.Load() - failures.Load() }, 5*time.Second, 10*time.Millisecond).Should(BeNumerically(">=", 2),
+		"two idle renewals landed")
+	g.Expect(failures.Load()).To(BeZero(), "an idle renewal was abandoned before the server answered")
+	g.Expect(cb.regained.Load()).To(BeEquivalentTo(1), "a renewal that landed after the hold would have lapsed held nothing")
+	g.Expect(h.Held()).To(BeFalse())
+}
+
+// rvLeases is a fake API server for one Lease that, as a real one does,
+// refuses an update made from an old resourceVersion, and can lose its
+// answer to an update it made (the client gave up, the server went on).
+type rvLeases struct {
+	mu                     sync.Mutex
+	lease                  *coordinationv1.Lease
+	rv                     int
+	loseAnswer             atomic.Bool
+	gets, conflicts, wrote atomic.Int32
+}
+
+func (f *rvLeases) install(c *fake.Clientset) {
+	c.PrependReactor("*", "leases", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		gr := coordinationv1.Resource("leases")
+		switch a.GetVerb() {
+		case "get":
+			f.gets.Add(1)
+			if f.lease == nil {
+				return true, nil, apierrors.NewNotFound(gr, a.(clienttesting.GetAction).GetName())
+			}
+			return true, f.lease.DeepCopy(), nil
+		case "create":
+			f.rv++
+			f.lease = a.(clienttesting.CreateAction).GetObject().(*coordinationv1.Lease).DeepCopy()
+			f.lease.ResourceVersion = strconv.Itoa(f.rv)
+			f.wrote.Add(1)
+			return true, f.lease.DeepCopy(), nil
+		case "update":
+			l := a.(clienttesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+			if f.lease == nil || l.ResourceVersion != f.lease.ResourceVersion {
+				f.conflicts.Add(1)
+				return true, nil, apierrors.NewConflict(gr, l.Name, errors.New("the object has been modified"))
+			}
+			f.rv++
+			f.lease = l.DeepCopy()
+			f.lease.ResourceVersion = strconv.Itoa(f.rv)
+			f.wrote.Add(1)
+			if f.loseAnswer.Load() {
+				return true, nil, context.DeadlineExceeded
+			}
+			return true, f.lease.DeepCopy(), nil
+		}
+		return false, nil, nil
+	})
+}
+
+// A renewal whose answer never came has usually landed (the API server
+// goes on with a write its client gave up on): the next one reads the
+// Lease again rather than update from the copy that write made stale,
+// which could only conflict (a refused request, then the read, then the
+// update: three requests where two do).
+func TestARenewalThatMayHaveLandedIsReadAgain(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	api := &rvLeases{}
+	clientset := fake.NewClientset()
+	api.install(clientset)
+	var cb callbacks
+	cfg := cb.config(testConfig(clientset.CoordinationV1()))
+	cfg.Duration, cfg.RenewInterval, cfg.FenceAfter = 2*time.Second, 500*time.Millisecond, 1500*time.Millisecond
+	cfg.Idle, cfg.IdleDuration, cfg.IdleRenewInterval = func() bool { return true }, 16*time.Second, 8*time.Second
+	cfg.now = clock.Now
+	h, err := New(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.notify.start(ctx, h.cfg.OnRenewed)
+	h.renewNow(ctx, false)
+	g.Expect(api.wrote.Load()).To(BeEquivalentTo(1), "created")
+
+	api.loseAnswer.Store(true)
+	clock.Add(8 * time.Second)
+	h.renewNow(ctx, false)
+	g.Expect(api.wrote.Load()).To(BeEquivalentTo(2), "the idle renewal landed, its answer lost")
+	api.loseAnswer.Store(false)
+	gets := api.gets.Load()
+	for range 4 { // past the first step of the backoff
+		clock.Add(500 * time.Millisecond)
+		h.renewNow(ctx, false)
+	}
+	g.Expect(api.wrote.Load()).To(BeEquivalentTo(3), "renewed again")
+	g.Expect(api.conflicts.Load()).To(BeZero(), "updated from the stale copy")
+	g.Expect(api.gets.Load()).To(Equal(gets+1), "read once before the update")
+}
+
+// An idle renewal refused with a Retry-After longer than the backoff's
+// step waits that long: the API server knows its load better than the
+// backoff does.
+func TestIdleRenewalsWaitTheRetryAfter(t *testing.T) {
+	g := NewWithT(t)
+	clock := newFakeClock()
+	api := &leaseTraffic{retryAfter: 3}
+	var cb callbacks
+	_, tick := agentHeartbeat(t, api, clock, &cb, true)
+	tick(false)
+	clock.Add(8 * time.Second) // the idle renewal is due
+	api.overloaded.Store(true)
+	var at []time.Duration
+	for elapsed := time.Duration(0); elapsed < 8*time.Second; elapsed += 500 * time.Millisecond {
+		before := api.sent.Load()
+		tick(false)
+		if api.sent.Load() > before {
+			at = append(at, elapsed)
+		}
+		clock.Add(500 * time.Millisecond)
+	}
+	g.Expect(at).To(Equal([]time.Duration{0, 3 * time.Second, 6 * time.Second}),
+		"attempts in the 8 s after the idle renewal fell due, refused with Retry-After: 3")
 }
