@@ -293,7 +293,7 @@ CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml
 	$(foreach c,core $(MANAGER_CONTROLLERS),config/rbac/controllers/$(c)/role.yaml) \
 	config/rbac/metrics_auth_role.yaml config/rbac/metrics_reader_role.yaml \
 	$(sort $(wildcard config/rbac/*_editor_role.yaml config/rbac/*_viewer_role.yaml)) \
-	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml config/flowcontrol/heartbeats.yaml \
+	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml \
 	$(sort $(filter-out %/kustomization.yaml %/kustomizeconfig.yaml,$(wildcard config/policy/*.yaml))) \
 	config/webhook/manifests.yaml config/prometheus/rules.yaml config/prometheus/dashboard.json
 

@@ -229,8 +229,7 @@ func (l *Lab) prepareAgentAccess(ctx context.Context, policyBinding string) (roo
 // RenderIPAgentAccess renders the kustomization in dir with kubectl
 // kustomize and returns what of it gives the ip-agent its access: its
 // ServiceAccount and RBAC, and its admission policy and binding (every
-// object of those kinds whose name contains "ip-agent"), and the API
-// priority level of the agents' heartbeats (config/flowcontrol). Cluster-scoped
+// object of those kinds whose name contains "ip-agent"). Cluster-scoped
 // objects come without the namespace kustomize gives them.
 func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
 	out, err := exec.CommandContext(ctx, kubectl, "kustomize", dir).Output()
@@ -243,11 +242,7 @@ func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructu
 	}
 	namespaced := map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true}
 	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true,
-		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
-		"FlowSchema": true, "PriorityLevelConfiguration": true}
-	// The agents' heartbeats' priority level (config/flowcontrol), whatever
-	// its name.
-	flowControl := map[string]bool{"FlowSchema": true, "PriorityLevelConfiguration": true}
+		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	var objs []*unstructured.Unstructured
 	dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
@@ -259,7 +254,7 @@ func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructu
 			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
 		}
 		kind := u.GetKind()
-		if !flowControl[kind] && (!strings.Contains(u.GetName(), "ip-agent") || !namespaced[kind] && !clusterScoped[kind]) {
+		if !strings.Contains(u.GetName(), "ip-agent") || !namespaced[kind] && !clusterScoped[kind] {
 			continue
 		}
 		if clusterScoped[kind] {
