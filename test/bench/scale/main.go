@@ -644,15 +644,21 @@ func writesOver(ctx context.Context, cs *kubernetes.Clientset, window time.Durat
 
 // describeRates prints rates by verb and resource, the largest first.
 func describeRates(what string, rates map[string]float64) {
-	keys := slices.Collect(maps.Keys(rates))
-	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(rates[y], rates[x]) })
+	fmt.Printf("%s: %.1f/s: %s\n", what, total(rates), largestFirst(rates, 0.05))
+}
+
+// largestFirst lists the entries of m of at least atLeast, "key value",
+// the largest first.
+func largestFirst(m map[string]float64, atLeast float64) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(m[y], m[x]) })
 	var parts []string
 	for _, k := range keys {
-		if rates[k] >= 0.05 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", k, rates[k]))
+		if m[k] >= atLeast {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]))
 		}
 	}
-	fmt.Printf("%s: %.1f/s: %s\n", what, total(rates), strings.Join(parts, ", "))
+	return strings.Join(parts, ", ")
 }
 
 // kubextWrites is the part of rates to resources kubext's components write
@@ -745,16 +751,12 @@ func total(w map[string]float64) float64 {
 // writesPerIP prints the writes made between a and b, per IP, by kind,
 // most first: where the convergence's writes go.
 func writesPerIP(a, b map[string]float64, ips int) {
-	keys := slices.Collect(maps.Keys(b))
-	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(b[y]-a[y], b[x]-a[x]) })
-	var parts []string
-	for _, k := range keys {
-		if d := b[k] - a[k]; d >= float64(ips)/10 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", k, d/float64(ips)))
-		}
+	perIP := map[string]float64{}
+	for k, v := range b {
+		perIP[k] = (v - a[k]) / float64(ips)
 	}
 	fmt.Printf("writes per IP while converging (every client, kwok's included): %.2f in all; %s\n",
-		(total(b)-total(a))/float64(ips), strings.Join(parts, ", "))
+		(total(b)-total(a))/float64(ips), largestFirst(perIP, 0.1))
 }
 
 // rssMiB and peakRSSMiB read VmRSS and VmHWM of a process from /proc.
