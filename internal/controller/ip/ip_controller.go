@@ -128,7 +128,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 
 	status := statuspatch.New(r.Client, ip, statusFields)
+	hadAddress, lastMove := ip.Status.Address, ip.Status.LastMoveTime
 	defer func() {
+		r.toldReservation(ip, hadAddress, lastMove)
 		ipcond.Summarize(ip)
 		err := status.Patch(ctx, ip, reterr)
 		if err == nil {

@@ -316,6 +316,19 @@ func ipEvent(ctx context.Context, ipName, reason string) *eventsv1.Event {
 	return nil
 }
 
+// ipEvents lists the reasons of the Events regarding the IP.
+func ipEvents(ctx context.Context, ipName string) []string {
+	list := &eventsv1.EventList{}
+	_ = k8s.List(ctx, list, client.InNamespace("default"))
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "IP" && e.Regarding.Name == ipName {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
+}
+
 func podEvents(ctx context.Context, p *corev1.Pod) []string {
 	list := &eventsv1.EventList{}
 	_ = k8s.List(ctx, list, client.InNamespace(p.Namespace))

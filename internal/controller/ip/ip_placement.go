@@ -294,7 +294,7 @@ func (r *Reconciler) moved(ctx context.Context, ip *ipv1.IP, pod, node string) {
 	now := r.now()
 	ip.Status.LastMoveTime = &metav1.Time{Time: now}
 	r.moveStarts.start(ip.Name, now)
-	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s is assigned to pod %s on node %s", ip.Status.Address, pod, node)
+	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s from pool %s is assigned to pod %s on node %s", ip.Status.Address, ip.Status.Pool, pod, node)
 	if p := r.pod(ctx, pod); p != nil {
 		r.Recorder.Eventf(p, ip, corev1.EventTypeNormal, "HoldsIP", "Place", "This pod holds IP %s (%s) on node %s", ip.Name, ip.Status.Address, node)
 	}

@@ -3,11 +3,13 @@ package ip
 import (
 	"context"
 	"net/netip"
+	"regexp"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -47,6 +49,10 @@ func TestWritesPerIPThroughConvergence(t *testing.T) {
 			f.G.Expect(managerWrites.Of(ipam.Name(netip.MustParseAddr(address)))).To(Equal([]string{"create"}), "the manager's writes on the reservation")
 			// The attachment is told, whoever wrote Attached.
 			f.G.Eventually(func() bool { return ipEvent(f.Ctx, name, "Attached") != nil }, testenv.WaitFor).Should(BeTrue(), "the Attached Event")
+			// Events cost writes too: one for the reservation and the
+			// placement together, one for the attachment.
+			f.G.Expect(ipEvents(f.Ctx, name)).To(ConsistOf("Assigned", "Attached"), "the IP's Events")
+			f.G.Expect(ipEvent(f.Ctx, name, "Assigned").Note).To(MatchRegexp(`^%s from pool \S+ is assigned to pod default/\S+ on node \S+$`, regexp.QuoteMeta(address)))
 		})
 	}
 }
@@ -180,4 +186,17 @@ func renewing(t *testing.T, node string) {
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
+}
+
+// An address reserved with nobody to place it on is told on its own.
+func TestReservationWithoutClaimantIsTold(t *testing.T) {
+	f := newFixture(t)
+	pool, name := f.name("pool"), f.name("ip")
+	f.Create(&ipv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: pool}, Spec: ipv1.IPPoolSpec{Addresses: []string{"203.0.113.112/30"},
+		Claimants: &ipv1.PoolClaimants{Namespaces: []string{"default"}}}})
+	f.Create(&ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: ipv1.IPSpec{Pool: pool}})
+	f.G.Eventually(func() *eventsv1.Event { return ipEvent(f.Ctx, name, "Allocated") }, testenv.WaitFor).ShouldNot(BeNil())
+	address := f.ip(name).Status.Address
+	f.G.Expect(ipEvent(f.Ctx, name, "Allocated").Note).To(Equal("Reserved " + address + " from pool " + pool))
+	f.G.Expect(ipEvents(f.Ctx, name)).To(ConsistOf("Allocated"))
 }

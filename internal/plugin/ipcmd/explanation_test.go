@@ -109,7 +109,7 @@ func TestExplain(t *testing.T) {
 			f.pods = []corev1.Pod{pod("web-0", "n1", true), pod("web-1", "n2", true), pod("web-2", "", false),
 				pod("web-3", "n4", true), pod("web-4", "n3", false), deleting}
 			f.events = []eventsv1.Event{
-				event("Normal", "Assigned", "192.0.2.10 is assigned to pod default/web-0 on node n1", 10*time.Minute),
+				event("Normal", "Assigned", "192.0.2.10 from pool lab is assigned to pod default/web-0 on node n1", 10*time.Minute),
 				event("Normal", "Attached", "Node n1 answers for 192.0.2.10", 9*time.Minute),
 			}
 		},
@@ -131,7 +131,7 @@ func TestExplain(t *testing.T) {
 			"(lease 5s)  Ready\n  n2 ",
 			"(lease 5s)  Ready\n  n3 ",
 			"The agent on n1 has confirmed the address.",
-			"10m  Normal  Assigned  192.0.2.10 is assigned to pod default/web-0 on node n1",
+			"10m  Normal  Assigned  192.0.2.10 from pool lab is assigned to pod default/web-0 on node n1",
 		},
 		absent: []string{"There is no standby"},
 	}, {
