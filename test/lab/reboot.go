@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -233,6 +234,13 @@ func (l *Lab) RebootFor(ctx context.Context, name string, downtime time.Duration
 	if err := l.FailNode(ctx, name); err != nil {
 		return err
 	}
+	// The node says so itself, as a kubelet going down stops posting
+	// Ready: kwok's stage would, but only once its own queue reaches the
+	// node (0.1-1 s at 1,000 nodes: the lab's, not the reboot's, time).
+	// The label stays, so kwok agrees (its stage writes the same condition).
+	if err := l.postReady(ctx, name, false); err != nil {
+		return err
+	}
 	if err := l.WaitNodeReady(ctx, name, false, time.Minute); err != nil {
 		return err
 	}
@@ -258,5 +266,25 @@ func (l *Lab) RebootFor(ctx context.Context, name string, downtime time.Duration
 	if err := l.RecoverNode(ctx, name); err != nil {
 		return err
 	}
+	// A kubelet that starts posts Ready itself; kwok's node-initialize
+	// stage may do it first, with the same condition. Only now: with the
+	// label still on, kwok's node-not-ready stage would take it back.
+	if err := l.postReady(ctx, name, true); err != nil {
+		return err
+	}
 	return l.WaitNodeReady(ctx, name, true, time.Minute)
+}
+
+// postReady writes the node's Ready condition as kwok's stages write it
+// (the same reasons and messages, so that neither undoes the other), with
+// the transition at now.
+func (l *Lab) postReady(ctx context.Context, name string, ready bool) error {
+	now := metav1.Now()
+	c := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		Reason: "KubeletReady", Message: "kubelet is posting ready status",
+		LastHeartbeatTime: now, LastTransitionTime: now}
+	if !ready {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, "nodeFailed", "node failed"
+	}
+	return l.patchNodeStatus(ctx, name, map[string]any{"conditions": []corev1.NodeCondition{c}})
 }
