@@ -3,6 +3,7 @@ package ipagent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -303,4 +304,37 @@ func ipEvents(ctx context.Context, name string) []eventsv1.Event {
 		}
 	}
 	return events
+}
+
+// A node given many IPs at once (a rollout, or every IP of a failed node
+// moving to its standby) claims them all at once, and confirms them all at
+// once: one write after the other, on a slow API server, the last of a
+// failed node's fifty IPs would wait for every other's round trips.
+func TestClaimsAndConfirmsManyIPsTogether(t *testing.T) {
+	f := newFixture(t)
+	t.Cleanup(func() { statusWrites.delay.Store(0); lease.held.Store(true); agent.Regained() })
+	// Without the Lease nothing is claimed: the IPs wait, all placed here.
+	lease.held.Store(false)
+	const n = 6
+	names := make([]string, n)
+	for i := range n {
+		names[i] = f.placedHere(fmt.Sprintf("many%d", i), fmt.Sprintf("192.0.2.%d", 50+i), fmt.Sprintf("10.244.1.%d", 50+i))
+	}
+	f.G.Eventually(func(g Gomega) {
+		for _, name := range names {
+			ip := &ipv1.IP{}
+			g.Expect(agent.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed(), "in the agent's cache")
+			g.Expect(ip.Status.Node).To(Equal(thisNode))
+		}
+	}, testenv.WaitFor).Should(Succeed())
+	f.G.Expect(f.attachedNode(names[0])()).To(BeEmpty())
+
+	statusWrites.delay.Store(int64(300 * time.Millisecond))
+	statusWrites.most.Store(0)
+	lease.held.Store(true)
+	agent.Regained()
+	for _, name := range names {
+		f.G.Eventually(f.attachedPod(name), testenv.WaitFor).Should(Equal(f.holder(name)))
+	}
+	f.G.Expect(statusWrites.most.Load()).To(BeNumerically(">=", n), "claims (then confirmations) in flight at once")
 }

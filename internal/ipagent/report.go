@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/kubext/kubext/internal/netconf"
@@ -22,9 +23,18 @@ import (
 func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desired map[string]netconf.Assignment, pending map[string]bool, _ error) {
 	desired, pending = map[string]netconf.Assignment{}, map[string]bool{}
 	r.probeWitnesses(ctx, ips)
-	var errs []error
-	onLease := map[string]bool{}
-	var sets [][]string
+	// First what each IP needs (in order: the hold decisions read the
+	// peer's state once per IP), then the claims, all at once, then what
+	// landed is programmed.
+	type step struct {
+		ip         *ipv1.IP
+		a          netconf.Assignment
+		gen        int64
+		converting bool
+		pod        string // attachedPod the claim keeps
+		claim      bool   // a write is needed
+	}
+	var steps []*step
 	wantLease := false
 	now := time.Now()
 	for _, ip := range ips {
@@ -46,36 +56,46 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 		if !may {
 			continue
 		}
+		st := &step{ip: ip, a: a, gen: gen, converting: converting}
 		// Claimed already under this rule, and attachedPod names nobody
 		// else: nothing to write. Otherwise take it, and clear an
 		// attachedPod of another pod before the kernel is repointed (a
 		// conversion keeps it: the kernel goes on forwarding to it).
 		if ip.Status.AttachedNode != r.Node || ip.Status.AttachedGeneration != gen ||
 			(ip.Status.AttachedPod != "" && ip.Status.AttachedPod != ip.Status.Pod) {
-			pod := ""
+			st.claim = true
 			if converting && ip.Status.AttachedPod == ip.Status.Pod {
-				pod = ip.Status.AttachedPod
+				st.pod = ip.Status.AttachedPod
 			}
-			claimed, err := r.patchStatus(ctx, ip, r.Node, pod, gen)
-			if err != nil {
-				errs = append(errs, err)
-			}
-			switch {
-			case !claimed && converting:
-				// Still on the Lease; but a failed write may have
-				// landed all the same, so the witnesses bound it too.
-				sets = append(sets, ip.Status.Witnesses)
-				gen = 0
-			case !claimed:
-				continue
-			}
+		}
+		steps = append(steps, st)
+	}
+	claimed, errs := make([]bool, len(steps)), make([]error, len(steps))
+	r.writeAll(len(steps), func(i int) {
+		if st := steps[i]; st.claim {
+			claimed[i], errs[i] = r.patchStatus(ctx, st.ip, r.Node, st.pod, st.gen)
+		}
+	})
+	onLease := map[string]bool{}
+	var sets [][]string
+	for i, st := range steps {
+		ip, gen := st.ip, st.gen
+		switch {
+		case !st.claim || claimed[i]:
+		case st.converting:
+			// Still on the Lease; but a failed write may have landed
+			// all the same, so the witnesses bound it too.
+			sets = append(sets, ip.Status.Witnesses)
+			gen = 0
+		default:
+			continue
 		}
 		if gen == 0 {
 			onLease[ip.Name] = true
 		} else {
 			sets = append(sets, ip.Status.Witnesses)
 		}
-		if a, ok := r.routedHere(ip, a); ok {
+		if a, ok := r.routedHere(ip, st.a); ok {
 			desired[ip.Name] = a
 		} else {
 			pending[ip.Name] = true
@@ -90,6 +110,27 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 		}
 	}
 	return desired, pending, errors.Join(errs...)
+}
+
+// parallelWrites bounds the status writes one pass has in flight. A node
+// given many IPs at once (a rollout, or every IP of a failed node moving
+// to its standby) claims and confirms them all in one pass: one write
+// after the other, the last IP waited for every other's round trips.
+const parallelWrites = 16
+
+// writeAll runs write(0..n-1), parallelWrites at a time, and returns when
+// all have returned. Each write touches only its own IP.
+func (r *Reconciler) writeAll(n int, write func(i int)) {
+	sem := make(chan struct{}, parallelWrites)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			write(i)
+		})
+	}
+	wg.Wait()
 }
 
 // routedHere adapts a to an IP of an aws pool. Such an address is never
@@ -145,6 +186,11 @@ func viewOf(programmed []netconf.Assignment) kernelView {
 // nothing when they already are.
 func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[string]netconf.Assignment, pending map[string]bool, programmed []netconf.Assignment) error {
 	kernel := viewOf(programmed)
+	type change struct {
+		ip        *ipv1.IP
+		node, pod string
+	}
+	var changes []change
 	for _, ip := range ips {
 		if ip.Status.AttachedNode != r.Node {
 			continue
@@ -159,24 +205,24 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		case !want && released(ip, kernel, desired):
 			node = "" // released: nothing of it is left
 		}
-		if ip.Status.AttachedNode == node && ip.Status.AttachedPod == pod {
-			continue
-		}
-		gen := ip.Status.AttachedGeneration
-		if node == "" {
-			gen = 0
-		}
-		var err error
-		if pod != "" { // status.pod: see above
-			err = r.confirm(ctx, ip, gen)
-		} else {
-			_, err = r.patchStatus(ctx, ip, node, pod, gen)
-		}
-		if err != nil {
-			return err
+		if ip.Status.AttachedNode != node || ip.Status.AttachedPod != pod {
+			changes = append(changes, change{ip, node, pod})
 		}
 	}
-	return nil
+	errs := make([]error, len(changes))
+	r.writeAll(len(changes), func(i int) {
+		c := changes[i]
+		gen := c.ip.Status.AttachedGeneration
+		if c.node == "" {
+			gen = 0
+		}
+		if c.pod != "" { // status.pod: see above
+			errs[i] = r.confirm(ctx, c.ip, gen)
+		} else {
+			_, errs[i] = r.patchStatus(ctx, c.ip, c.node, c.pod, gen)
+		}
+	})
+	return errors.Join(errs...)
 }
 
 // released reports whether nothing of ip is left in the kernel. For an

@@ -252,7 +252,19 @@ func (s checkedStatus) Patch(ctx context.Context, obj client.Object, patch clien
 	if ip, ok := obj.(*ipv1.IP); ok {
 		s.d.checkAttachedPod(ctx, ip)
 	}
+	n := statusWrites.inFlight.Add(1)
+	defer statusWrites.inFlight.Add(-1)
+	for most := statusWrites.most.Load(); n > most && !statusWrites.most.CompareAndSwap(most, n); most = statusWrites.most.Load() {
+	}
+	time.Sleep(time.Duration(statusWrites.delay.Load()))
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// statusWrites counts the agent's status writes in flight, and the most
+// at once since reset; delay holds each back (a slow API server).
+var statusWrites struct {
+	inFlight, most atomic.Int32
+	delay          atomic.Int64
 }
 
 // checkAttachedPod: attachedPod is written only once the kernel forwards

@@ -124,9 +124,13 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 	a := &lightAgents{cancel: cancel}
 	for i, node := range nodes {
 		cfg := rest.CopyConfig(base)
-		// The agent's own client, at client-go's defaults as cmd/ip-agent
-		// has them.
-		cfg.QPS, cfg.Burst = 0, 0
+		// The agent's own client, limited as cmd/ip-agent's is: not at all
+		// on the client's side (controller-runtime's config.GetConfig sets
+		// QPS -1 and leaves the API server's priority and fairness to
+		// pace it). Until 2026-11-28 this was 0, which client-go reads as
+		// 5 a second with a burst of 10: the light agents were throttled
+		// where the deployed ones are not.
+		cfg.QPS, cfg.Burst = -1, 0
 		cfg.Impersonate = lab.IPAgentImpersonation(node)
 		wc.Host = nodeAddr(i).String()
 		if err := a.start(ctx, cfg, scheme, node, wc); err != nil {
