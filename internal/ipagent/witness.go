@@ -77,8 +77,8 @@ func (r *Reconciler) holdRule(ip *ipv1.IP, leaseHeld bool, now time.Time) (gen i
 		r.waiting.Delete(ip.UID)
 		return int64(r.Witness.Peer.Gen()), true
 	}
-	since, _ := r.waiting.LoadOrStore(ip.UID, now)
-	if now.Sub(since.(time.Time)) < r.Witness.fallbackAfter() {
+	w, _ := r.waiting.LoadOrStore(ip.UID, awaited{since: now, witnesses: ip.Status.Witnesses})
+	if now.Sub(w.(awaited).since) < r.Witness.fallbackAfter() {
 		if onLease {
 			return 0, leaseHeld
 		}
@@ -108,6 +108,28 @@ func (r *Reconciler) convertHold(ws []string) bool {
 	r.mu.Unlock()
 	err := r.Dataplane.Refresh()
 	return err == nil || errors.Is(err, netconf.ErrLapsed)
+}
+
+// awaited is an IP placed here whose claim waits for its witnesses.
+type awaited struct {
+	since     time.Time
+	witnesses []string
+}
+
+// QuorumReached reports whether the witnesses of some IP whose claim waits
+// for them now vouch for this node: the agent's next pass can claim it.
+// The witness run asks at each answer that vouches, so that a claim is
+// made as soon as it may be rather than at the pass's next requeue.
+func (r *Reconciler) QuorumReached() bool {
+	if r.Witness == nil {
+		return false
+	}
+	now, reached := time.Now(), false
+	r.waiting.Range(func(_, v any) bool {
+		reached = r.Witness.Peer.HeldUntil(v.(awaited).witnesses).After(now)
+		return !reached
+	})
+	return reached
 }
 
 // waitingForWitnesses reports whether some IP placed here waits for its

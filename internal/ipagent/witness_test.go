@@ -251,3 +251,34 @@ func (f *fixture) setWitnesses(name string, ws ...string) {
 	ip.Status.Witnesses = ws
 	f.G.Expect(k8s.Status().Patch(f.Ctx, ip, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))).To(Succeed())
 }
+
+// A claim that waits for its witnesses is told as soon as they vouch
+// (QuorumReached, which the witness run asks at every vouching answer and
+// then pokes the agent): a node that already held IPs on its witnesses'
+// word left a new IP's claim to its next requeue, up to 750 ms later.
+func TestQuorumReachedTellsAWaitingClaim(t *testing.T) {
+	f := newFixture(t)
+	w := f.witnessNode("w5", "192.0.2.96")
+	pod := f.pod("late", thisNode, "10.244.1.56")
+	ip := f.ip("late", "192.0.2.56", ipv1.IPStatus{Node: thisNode, Pod: pod, Witnesses: []string{w}})
+	f.G.Eventually(witnesses.probing, testenv.WaitFor).Should(HaveKey(w))
+	f.G.Expect(agent.QuorumReached()).To(BeFalse(), "no witness vouches yet")
+	f.G.Expect(f.attachedNode(ip)()).To(BeEmpty())
+
+	// The answer arrives; the peer has not told the agent yet.
+	witnesses.mu.Lock()
+	witnesses.held[w] = true
+	witnesses.mu.Unlock()
+	t.Cleanup(func() {
+		witnesses.mu.Lock()
+		delete(witnesses.held, w)
+		witnesses.mu.Unlock()
+	})
+	if !agent.QuorumReached() {
+		// Only if a resync pass ran in between and took it.
+		f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(Equal(thisNode), "the claim may go now")
+	}
+	agent.Poke()
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
+	f.G.Eventually(agent.QuorumReached, testenv.WaitFor).Should(BeFalse(), "claimed: nothing waits")
+}

@@ -193,6 +193,11 @@ func (w *Run) follow(ctx context.Context) {
 				w.agent.Poke() // a claim may be waiting for this quorum
 				continue
 			}
+			if w.agent.QuorumReached() {
+				// A new IP's claim was waiting for this quorum: without the
+				// poke it waits for the pass's requeue (up to 750 ms).
+				w.agent.Poke()
+			}
 			if err := w.dp.Refresh(); errors.Is(err, netconf.ErrLapsed) {
 				w.agent.Poke()
 			}

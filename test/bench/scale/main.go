@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/test/bench/stats"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/testenv"
@@ -319,11 +321,16 @@ func run(o options) (err error) {
 		fmt.Printf("trailing writes drained %.0f s after convergence\n", settled.Seconds())
 	}
 	cpu0, t0 := cpuSeconds(os.Getpid()), time.Now()
+	renewals, err := countRenewals(ctx, cs)
+	if err != nil {
+		return err
+	}
 	steady, err := writesOver(ctx, cs, o.steady)
 	if err != nil {
 		return err
 	}
 	describeRates("steady writes", steady)
+	fmt.Println(renewals())
 	// What the light agents (witness probes and answers, heartbeats,
 	// resyncs) cost this process in the steady state, per agent.
 	fmt.Printf("steady CPU of the light agents: %.1f ms/s per agent (this process, the observer included)\n",
@@ -873,4 +880,48 @@ func witnessChurn() (declared, lost float64) {
 		}
 	}
 	return declared, lost
+}
+
+// countRenewals watches the agents' heartbeat Leases from now; the
+// returned function stops and says how often each node renewed (the
+// nodes that renew at the full rate, holding something on their Lease,
+// stand out from the idle ones).
+func countRenewals(ctx context.Context, cs *kubernetes.Clientset) (func() string, error) {
+	w, err := cs.CoordinationV1().Leases(lab.SystemNamespace).Watch(ctx, metav1.ListOptions{
+		LabelSelector: heartbeat.LabelComponent + "=" + ipv1.AgentComponent})
+	if err != nil {
+		return nil, fmt.Errorf("watching the heartbeat Leases: %w", err)
+	}
+	start := time.Now()
+	counts := map[string]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type == watch.Modified {
+				counts[l.Name]++
+			}
+		}
+	}()
+	return func() string {
+		w.Stop()
+		<-done
+		secs := time.Since(start).Seconds()
+		var rates []float64
+		busiest, most := "", 0
+		for name, n := range counts {
+			rates = append(rates, float64(n)/secs)
+			if n > most {
+				busiest, most = name, n
+			}
+		}
+		fast := 0
+		for _, r := range rates {
+			if r > 0.5 {
+				fast++
+			}
+		}
+		return fmt.Sprintf("heartbeat renewals: %d Leases renewed in %.0f s, per Lease p50 %.3f/s max %.2f/s (%s); %d at more than 0.5/s (holding something on their Lease)",
+			len(counts), secs, stats.Percentile(rates, 50), float64(most)/secs, busiest, fast)
+	}, nil
 }
