@@ -254,10 +254,19 @@ func (s checkedStatus) Patch(ctx context.Context, obj client.Object, patch clien
 	}
 	n := statusWrites.inFlight.Add(1)
 	defer statusWrites.inFlight.Add(-1)
-	for most := statusWrites.most.Load(); n > most && !statusWrites.most.CompareAndSwap(most, n); most = statusWrites.most.Load() {
-	}
+	raiseTo(&statusWrites.most, n)
 	time.Sleep(time.Duration(statusWrites.delay.Load()))
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// raiseTo makes most at least n.
+func raiseTo(most *atomic.Int32, n int32) {
+	for {
+		m := most.Load()
+		if n <= m || most.CompareAndSwap(m, n) {
+			return
+		}
+	}
 }
 
 // statusWrites counts the agent's status writes in flight, and the most

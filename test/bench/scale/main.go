@@ -534,11 +534,11 @@ func isReady(cs []corev1.PodCondition) bool {
 // rewatches; an IP whose transition fell into such a gap is seen at the
 // relist, so its time is late, never missing.
 type observer struct {
-	mu             sync.Mutex
+	mu sync.Mutex
 	// placed: status.node first set; claimed: attachedNode first equal
 	// to it (the agent's claim); readyT: Ready first True.
 	placed, claimed, readyT map[string]time.Time
-	rewatches      int
+	rewatches               int
 }
 
 func observe(ctx context.Context, c client.WithWatch) (*observer, error) {
