@@ -144,11 +144,13 @@ func run(o options) (err error) {
 	}
 	defer agentLog.Close()
 	ctrl.SetLogger(zap.New(zap.WriteTo(agentLog)))
-	var managerLog string
+	var sup *supervisor // the manager, once started
 	defer func() {
-		if managerLog != "" {
-			if b, rerr := os.ReadFile(managerLog); rerr == nil {
-				_ = os.WriteFile(filepath.Join(logs, "manager.log"), b, 0o644)
+		if sup != nil {
+			for _, log := range sup.logs() {
+				if b, rerr := os.ReadFile(log); rerr == nil {
+					_ = os.WriteFile(filepath.Join(logs, filepath.Base(log)), b, 0o644)
+				}
 			}
 			fmt.Printf("logs kept in %s\n", logs)
 		}
@@ -263,14 +265,20 @@ func run(o options) (err error) {
 		return err
 	}
 	start := time.Now()
-	m, err := l.StartManagerBinary(ctx, bin, "manager", "--controllers", "ip,ippool",
-		"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
-		"--ip-workers", strconv.Itoa(o.workers), "--pprof-bind-address", pprofAddr)
+	startManager := func(name string) (*lab.Manager, error) {
+		return l.StartManagerBinary(ctx, bin, name, "--controllers", "ip,ippool",
+			"--kube-api-qps", strconv.FormatFloat(o.qps, 'f', -1, 64), "--kube-api-burst", strconv.Itoa(o.burst),
+			"--ip-workers", strconv.Itoa(o.workers), "--pprof-bind-address", pprofAddr)
+	}
+	m, err := startManager("manager")
 	if err != nil {
 		return err
 	}
-	managerLog = m.Log
 	fmt.Printf("manager started (log %s)\n", m.Log)
+	sup = &supervisor{m: m, logPaths: []string{m.Log}}
+	supCtx, stopSup := context.WithCancel(ctx)
+	defer stopSup() // before the lab stops the manager
+	go sup.run(supCtx, startManager)
 	if o.profile > 0 {
 		// The manager's CPU profile over the start of the convergence.
 		go profile(ctx, "http://"+pprofAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(int(o.profile.Seconds())),
@@ -286,7 +294,7 @@ func run(o options) (err error) {
 			// sees more Ready than the observer) from Ready writes that
 			// did not happen (both agree).
 			fmt.Printf("  %6.1f s: %d of %d Ready (a List sees %d; %d watches opened); manager RSS %.0f MiB\n",
-				time.Since(start).Seconds(), ready, o.ips, listReady(ctx, c), obs.watches(), rssMiB(m.PID()))
+				time.Since(start).Seconds(), ready, o.ips, listReady(ctx, c), obs.watches(), rssMiB(sup.manager().PID()))
 			last = time.Now()
 		}
 		return ready == o.ips, nil
@@ -344,7 +352,10 @@ func run(o options) (err error) {
 		declaredConverging, declared-declaredConverging, lostConverging, lost-lostConverging)
 	fmt.Printf("steady writes of kubext (the agents' heartbeat renewals, IPs, IPAddresses, IPPools, Events): %.3f per node per second\n", perNode)
 
-	managerRSS := peakRSSMiB(m.PID())
+	managerRSS, restarts := sup.peak()
+	if restarts > 0 {
+		fmt.Printf("the manager was started again %d times (it exits when it loses its leader Lease)\n", restarts)
+	}
 	runtime.GC()
 	agentRSS := (rssMiB(os.Getpid()) - rssBefore) / float64(o.nodes)
 	fmt.Printf("manager peak RSS %.0f MiB; light agents: %.2f MiB each (this process's RSS growth / agents), %d Applies\n",
@@ -930,4 +941,73 @@ func countRenewals(ctx context.Context, cs *kubernetes.Clientset) (func() (strin
 		return fmt.Sprintf("heartbeat renewals: %.1f/s, %d Leases renewed in %.0f s, per Lease p50 %.3f/s max %.2f/s (%s); %d at more than 0.5/s (holding something on their Lease)",
 			total, len(counts), secs, stats.Percentile(rates, 50), float64(most)/secs, busiest, fast), total
 	}, nil
+}
+
+// supervisor keeps the manager running as its Deployment would: a manager
+// that exits (as it must when it loses its leader Lease to an API server
+// too slow to renew it) is started again a second later. It also keeps
+// the highest peak RSS of every manager it ran.
+type supervisor struct {
+	mu       sync.Mutex
+	m        *lab.Manager
+	restarts int
+	peakMiB  float64
+	logPaths []string
+}
+
+func (s *supervisor) logs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.logPaths)
+}
+
+func (s *supervisor) manager() *lab.Manager {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m
+}
+
+// peak is the highest peak RSS of the managers run so far, and how many
+// times one was started again.
+func (s *supervisor) peak() (float64, int) {
+	s.sample()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakMiB, s.restarts
+}
+
+func (s *supervisor) sample() {
+	m := s.manager()
+	if rss := peakRSSMiB(m.PID()); rss > 0 {
+		s.mu.Lock()
+		s.peakMiB = max(s.peakMiB, rss)
+		s.mu.Unlock()
+	}
+}
+
+func (s *supervisor) run(ctx context.Context, start func(name string) (*lab.Manager, error)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		s.sample()
+		if s.manager().Running() {
+			continue
+		}
+		s.mu.Lock()
+		name := fmt.Sprintf("manager-%d", s.restarts+1)
+		s.mu.Unlock()
+		fmt.Printf("the manager exited (log %s); starting it again as %s, as its Deployment would\n", s.manager().Log, name)
+		m, err := start(name)
+		if err != nil {
+			fmt.Printf("starting the manager again: %v\n", err)
+			continue
+		}
+		s.mu.Lock()
+		s.m, s.restarts = m, s.restarts+1
+		s.logPaths = append(s.logPaths, m.Log)
+		s.mu.Unlock()
+	}
 }
