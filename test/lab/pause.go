@@ -53,6 +53,13 @@ func (l *Lab) PauseComponent(component string, atMost time.Duration) (resume fun
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("lab: pausing %s (pid %d): %w", component, pid, err)
 	}
+	// kill returns once the signal is sent, not once every thread has
+	// stopped: a thread on another CPU may still answer a request sent
+	// right after (CI saw it once). Frozen means every thread stopped.
+	if err := waitStopped(pid, time.Second); err != nil {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		return nil, fmt.Errorf("lab: pausing %s (pid %d): %w", component, pid, err)
+	}
 	var once sync.Once
 	var cerr error
 	resume = func() error {
@@ -65,4 +72,48 @@ func (l *Lab) PauseComponent(component string, atMost time.Duration) (resume fun
 	}
 	time.AfterFunc(atMost, func() { _ = resume() })
 	return resume, nil
+}
+
+// waitStopped waits until every thread of pid is stopped (state T in
+// /proc/<pid>/task/*/stat), for at most limit.
+func waitStopped(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		running, err := runningThreads(pid)
+		if err != nil {
+			return err
+		}
+		if running == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d threads still running %s after SIGSTOP", running, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of pid that are not stopped.
+func runningThreads(pid int) (int, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses, so
+		// the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("unexpected /proc/%d/task/%s/stat: %q", pid, t.Name(), b)
+		}
+		if state := b[i+2]; state != 'T' && state != 't' {
+			running++
+		}
+	}
+	return running, nil
 }
