@@ -82,7 +82,7 @@ var (
 	podFields = []string{
 		"affinity", "containers", "dnsPolicy", "hostNetwork", "hostPID", "imagePullSecrets", "nodeSelector",
 		"priorityClassName", "securityContext", "serviceAccountName", "terminationGracePeriodSeconds",
-		"tolerations", "volumes",
+		"tolerations", "topologySpreadConstraints", "volumes",
 	}
 	containerFields = []string{
 		"args", "command", "env", "image", "imagePullPolicy", "livenessProbe", "name", "ports",
