@@ -150,7 +150,7 @@ func TestStaticIPAWSPublicFailover(t *testing.T) {
 	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+holder)).To(Equal(eip.String()))
 
 	standbyNode := s.killHolder(t, g, ip.Name, holderNode, eip, standby)
-	_, eni, _, _ = vpc.EC2.EIP(eip.String())
+	_, eni, standbyPriv, _ := vpc.EC2.EIP(eip.String())
 	g.Expect(vpc.NodeOfENI(eni)).To(Equal(standbyNode))
 	g.Expect(staticip.SourceSeenByClient(theLab, s.pods, "default/"+standby)).To(Equal(eip.String()))
 
@@ -160,6 +160,30 @@ func TestStaticIPAWSPublicFailover(t *testing.T) {
 	g.Expect(s.c.Delete(ctx, ip)).To(Succeed())
 	g.Eventually(func() bool { _, _, _, ok := vpc.EC2.EIP(eip.String()); return ok }, 30*time.Second, 100*time.Millisecond).Should(BeFalse(),
 		"the Elastic IP kubext allocated is released")
+	// The private IPs it used are the lab's again: the client reaches them
+	// through ARP, not through an entry that points at nobody (the
+	// provider picks them at random in the subnet, which the l2 tests'
+	// addresses share).
+	for _, a := range []netip.Addr{priv, netip.MustParseAddr(standbyPriv)} {
+		g.Eventually(func() []string { return clientPermanentNeighbours(a) }, 5*time.Second, 50*time.Millisecond).
+			Should(BeEmpty(), "the client still routes %s by a former association", a)
+	}
+}
+
+// clientPermanentNeighbours lists the client namespace's permanent
+// neighbour entries for addr (its MAC addresses).
+func clientPermanentNeighbours(addr netip.Addr) []string {
+	var out []string
+	_ = labnet.Do(theLab.Net.ClientNamespace(), func() error {
+		neighs, err := netlink.NeighList(0, netlink.FAMILY_V4)
+		for _, n := range neighs {
+			if n.IP.Equal(addr.AsSlice()) && n.State&netlink.NUD_PERMANENT != 0 {
+				out = append(out, n.HardwareAddr.String())
+			}
+		}
+		return err
+	})
+	return out
 }
 
 // createAWSIP creates pool, ip and a Deployment named deployment of two

@@ -177,4 +177,5 @@ func (s *staticIPStack) witnessPool(t *testing.T, g Gomega, pool, cidr, name str
 		_ = s.c.Delete(ctx, ip)
 		_ = s.c.Delete(ctx, p)
 	})
+	s.reportDataPathOnFailure(t, name)
 }

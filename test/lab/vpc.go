@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -240,6 +241,7 @@ func (v *VPC) sync() error {
 		want[a] = holder(a)
 	}
 	nat := map[netip.Addr]netip.Addr{}
+	// The private IPs of Elastic IPs, while associated, wherever they are.
 	for pub, priv := range v.EC2.Associations() {
 		p, perr := netip.ParseAddr(pub)
 		q, qerr := netip.ParseAddr(priv)
@@ -250,31 +252,27 @@ func (v *VPC) sync() error {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	changed := map[netip.Addr]string{}
-	for a := range v.routes {
-		if _, ok := want[a]; !ok {
-			// A private IP of a former association: no node gets it.
-			want[a] = ""
-		}
-	}
-	for a, eni := range want {
-		if cur, ok := v.routes[a]; !ok || cur != eni {
-			changed[a] = eni
-		}
-	}
+	changed, forget := planNeighbours(v.routes, want)
 	if !maps.Equal(nat, v.nat) {
 		if err := labnet.Do(v.lab.Net.ClientNamespace(), func() error { return programNAT(nat) }); err != nil {
 			return fmt.Errorf("the client's 1:1 NAT: %w", err)
 		}
 		v.nat = nat
 	}
-	if len(changed) == 0 {
+	if len(changed) == 0 && len(forget) == 0 {
 		return nil
 	}
 	return labnet.Do(v.lab.Net.ClientNamespace(), func() error {
 		link, err := netlink.LinkByName("eth0")
 		if err != nil {
 			return err
+		}
+		for _, a := range forget {
+			err := netlink.NeighDel(&netlink.Neigh{LinkIndex: link.Attrs().Index, Family: unix.AF_INET, IP: a.AsSlice()})
+			if err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("forgetting %s: %w", a, err)
+			}
+			delete(v.routes, a)
 		}
 		for a, eni := range changed {
 			mac := deadMAC
@@ -289,6 +287,31 @@ func (v *VPC) sync() error {
 		}
 		return nil
 	})
+}
+
+// planNeighbours compares the client's neighbour entries as programmed
+// (have: address -> ENI, "" for a MAC nobody has) with what EC2 says
+// (want): the entries to set, and those to delete. An address in have but
+// not in want is the private IP of an association that ended and outside
+// the routed range: its entry goes, and the address is the lab's again
+// (reached through ARP). Pointing it at nobody for good, as before, left
+// the address dead for every later test that used it: the provider picks
+// an Elastic IP's private IP at random in the subnet, which the lab's
+// other static IP pools share.
+func planNeighbours(have, want map[netip.Addr]string) (set map[netip.Addr]string, forget []netip.Addr) {
+	set = map[netip.Addr]string{}
+	for a, eni := range want {
+		if cur, ok := have[a]; !ok || cur != eni {
+			set[a] = eni
+		}
+	}
+	for a := range have {
+		if _, ok := want[a]; !ok {
+			forget = append(forget, a)
+		}
+	}
+	slices.SortFunc(forget, netip.Addr.Compare)
+	return set, forget
 }
 
 func eth0MAC(namespace string) (net.HardwareAddr, error) {
