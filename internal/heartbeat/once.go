@@ -5,12 +5,13 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
 // SendOnce is the Lease client a Heartbeat should be given: c, except
-// that the requests a Heartbeat makes (Get, Create, Update) are sent once
+// that the requests a Heartbeat makes (Get, Create, Update, Patch) are sent once
 // each. client-go's typed clients try a request refused with 429 and a
 // Retry-After again, up to ten times, until their context ends; the
 // Heartbeat has a pace and a backoff of its own, and those hidden retries
@@ -61,5 +62,14 @@ func (o onceLease) Update(ctx context.Context, l *coordinationv1.Lease, opts met
 		Namespace(o.namespace).Resource("leases").Name(l.Name).
 		VersionedParams(&opts, scheme.ParameterCodec).
 		Body(l).Do(ctx).Into(out)
+	return out, err
+}
+
+func (o onceLease) Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (*coordinationv1.Lease, error) {
+	out := &coordinationv1.Lease{}
+	err := o.c.RESTClient().Patch(pt).MaxRetries(0).
+		Namespace(o.namespace).Resource("leases").Name(name).SubResource(subresources...).
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(data).Do(ctx).Into(out)
 	return out, err
 }

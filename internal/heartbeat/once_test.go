@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -69,10 +70,13 @@ func TestSendOnceDoesNotRetryARefusedWrite(t *testing.T) {
 	_, err = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
 	g.Expect(requests.Load()).To(BeEquivalentTo(3))
+	_, err = leases.Patch(ctx, "ip-agent-node-1", types.JSONPatchType, []byte(`[]`), metav1.PatchOptions{})
+	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
+	g.Expect(requests.Load()).To(BeEquivalentTo(4))
 
 	// What SendOnce avoids: the typed client alone sends the same update
 	// again after each Retry-After, until its context ends.
 	_, err = cs.CoordinationV1().Leases(testNS).Update(ctx, l, metav1.UpdateOptions{})
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(requests.Load()).To(BeNumerically(">=", 5), "the typed client's own retries")
+	g.Expect(requests.Load()).To(BeNumerically(">=", 6), "the typed client's own retries")
 }
