@@ -906,7 +906,7 @@ func applyJSONPatch(l *coordinationv1.Lease, patch []byte) (*coordinationv1.Leas
 
 // rvHeartbeat is a heartbeat with the ip-agent's idle timings against api,
 // on clock, driven by hand; annotations are what it writes.
-func rvHeartbeat(t *testing.T, api *rvLeases, clock *fakeClock, annotations func() map[string]string) (*Heartbeat, func()) {
+func rvHeartbeat(t *testing.T, api *rvLeases, clock *fakeClock, annotations func() map[string]string) (renew func()) {
 	t.Helper()
 	clientset := fake.NewClientset()
 	api.install(clientset)
@@ -923,7 +923,7 @@ func rvHeartbeat(t *testing.T, api *rvLeases, clock *fakeClock, annotations func
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h.notify.start(ctx, h.cfg.OnRenewed)
-	return h, func() { h.renewNow(ctx, true) }
+	return func() { h.renewNow(ctx, true) }
 }
 
 // A renewal whose answer never came has usually landed (the API server
@@ -937,7 +937,7 @@ func TestARenewalWhoseOutcomeIsUnknownNeedsNoRead(t *testing.T) {
 	g := NewWithT(t)
 	clock := newFakeClock()
 	api := &rvLeases{}
-	_, renew := rvHeartbeat(t, api, clock, nil)
+	renew := rvHeartbeat(t, api, clock, nil)
 	renew()
 	g.Expect(api.wrote.Load()).To(BeEquivalentTo(1), "created")
 
@@ -979,14 +979,14 @@ func TestAPatchDoesNotLandOnAnotherRunsLease(t *testing.T) {
 	g := NewWithT(t)
 	clock := newFakeClock()
 	api := &rvLeases{}
-	_, renewOld := rvHeartbeat(t, api, clock, nil)
+	renewOld := rvHeartbeat(t, api, clock, nil)
 	renewOld()
 	api.loseAnswer.Store(true)
 	clock.Add(time.Second)
 	renewOld()
 	api.loseAnswer.Store(false)
 
-	_, renewNew := rvHeartbeat(t, api, clock, nil)
+	renewNew := rvHeartbeat(t, api, clock, nil)
 	clock.Add(time.Second)
 	renewNew()
 	took := api.lease.DeepCopy()
@@ -1012,7 +1012,7 @@ func TestNewsAfterALostAnswerIsReadAndUpdated(t *testing.T) {
 	clock := newFakeClock()
 	api := &rvLeases{}
 	declared := "node-2=1"
-	_, renew := rvHeartbeat(t, api, clock, func() map[string]string { return map[string]string{"declared": declared} })
+	renew := rvHeartbeat(t, api, clock, func() map[string]string { return map[string]string{"declared": declared} })
 	renew()
 	api.loseAnswer.Store(true)
 	clock.Add(time.Second)

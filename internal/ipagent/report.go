@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"sync"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kubext/kubext/internal/netconf"
 
@@ -71,7 +72,9 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 		steps = append(steps, st)
 	}
 	claimed, errs := make([]bool, len(steps)), make([]error, len(steps))
-	r.writeAll(len(steps), func(i int) {
+	// Each write touches only its own IP; all of them run (the context is
+	// only the writes' own): a piece never started would read as success.
+	workqueue.ParallelizeUntil(context.WithoutCancel(ctx), parallelWrites, len(steps), func(i int) {
 		if st := steps[i]; st.claim {
 			claimed[i], errs[i] = r.patchStatus(ctx, st.ip, r.Node, st.pod, st.gen)
 		}
@@ -117,21 +120,6 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 // to its standby) claims and confirms them all in one pass: one write
 // after the other, the last IP waited for every other's round trips.
 const parallelWrites = 16
-
-// writeAll runs write(0..n-1), parallelWrites at a time, and returns when
-// all have returned. Each write touches only its own IP.
-func (r *Reconciler) writeAll(n int, write func(i int)) {
-	sem := make(chan struct{}, parallelWrites)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			write(i)
-		})
-	}
-	wg.Wait()
-}
 
 // routedHere adapts a to an IP of an aws pool. Such an address is never
 // announced: EC2 routes it to the ENI that holds it, and ARP changes
@@ -210,7 +198,7 @@ func (r *Reconciler) report(ctx context.Context, ips []*ipv1.IP, desired map[str
 		}
 	}
 	errs := make([]error, len(changes))
-	r.writeAll(len(changes), func(i int) {
+	workqueue.ParallelizeUntil(context.WithoutCancel(ctx), parallelWrites, len(changes), func(i int) {
 		c := changes[i]
 		gen := c.ip.Status.AttachedGeneration
 		if c.node == "" {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
@@ -87,17 +87,13 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 		}
 	}
 
+	// Every patch runs (the context is only the patches' own): one never
+	// started would read as landed.
 	errs := make([]error, len(writes))
-	sem := make(chan struct{}, parallelNodeWrites)
-	var wg sync.WaitGroup
-	for i, w := range writes {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = r.Patch(ctx, w.changed, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{}))
-		})
-	}
-	wg.Wait()
+	workqueue.ParallelizeUntil(context.WithoutCancel(ctx), parallelNodeWrites, len(writes), func(i int) {
+		w := writes[i]
+		errs[i] = r.Patch(ctx, w.changed, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{}))
+	})
 
 	var failed, refused error
 	for i, w := range writes {
