@@ -90,7 +90,9 @@ func (d *recorder) Unfence() {
 // deployed agents run it (internal/witnessrun, default timing), each on
 // its node's own loopback address (nodeAddr).
 type lightAgents struct {
-	applies atomic.Int64
+	// requests counts what the agents asked of the API server.
+	requests *requestCounts
+	applies  atomic.Int64
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -121,7 +123,7 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 		wc.KeyFile = args[i+1]
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	a := &lightAgents{cancel: cancel}
+	a := &lightAgents{cancel: cancel, requests: newRequestCounts()}
 	for i, node := range nodes {
 		cfg := rest.CopyConfig(base)
 		// The agent's own client, limited as cmd/ip-agent's is: not at all
@@ -132,6 +134,7 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 		// where the deployed ones are not.
 		cfg.QPS, cfg.Burst = -1, 0
 		cfg.Impersonate = lab.IPAgentImpersonation(node)
+		cfg.Wrap(a.requests.wrap)
 		wc.Host = nodeAddr(i).String()
 		if err := a.start(ctx, cfg, scheme, node, wc); err != nil {
 			cancel()

@@ -286,9 +286,16 @@ func run(o options) (err error) {
 		// And this process's: the light agents (and the observer).
 		go profileSelf(ctx, o.profile, filepath.Join(logs, "agents.cpu.pprof"))
 	}
-	last := time.Now()
+	last, lastRequests := time.Now(), time.Now()
+	agents.requests.rates(0) // from the start of the convergence
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
 		ready := obs.ready()
+		if time.Since(lastRequests) >= time.Minute {
+			// What the agents asked; the rest of what the API server
+			// counts is the manager's, kwok's and this bench's.
+			fmt.Printf("  light agents' requests over the last minute (≥ 1/s): %s\n", agents.requests.rates(1))
+			lastRequests = time.Now()
+		}
 		if time.Since(last) >= 10*time.Second {
 			// A List beside the watch tells a stalled watch (the List
 			// sees more Ready than the observer) from Ready writes that
