@@ -93,8 +93,8 @@ type lightAgents struct {
 	// requests counts what the agents asked of the API server.
 	requests *requestCounts
 	applies  atomic.Int64
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, nodes []string, witnessScale int) (*lightAgents, error) {
