@@ -53,10 +53,16 @@ func rollOutControlPlaneLast(t *testing.T, group string, cps, workers []string) 
 	t.Helper()
 	ctx := context.Background()
 	startAgents(t, group, 200*time.Millisecond)
+	// Every node eligible before any asks: a worker whose heartbeat the
+	// controller has not seen yet waits (rightly), and the control-plane
+	// nodes would go first (CI saw it under -race).
+	all := append(slices.Clone(cps), workers...)
+	eventuallyWithin(t, waitFor, "every agent's heartbeat seen by the controller", func() (bool, error) {
+		return !slices.ContainsFunc(all, func(n string) bool { return !agentHealth.Healthy(n) }), nil
+	})
 	// The control-plane nodes have waited longest: were they workers, they
 	// would go first. The workers ask first, so that no decision sees the
 	// control-plane nodes asking alone (they would rightly go then).
-	all := append(slices.Clone(cps), workers...)
 	for i := len(all) - 1; i >= 0; i-- {
 		annotate(t, all[i], rebootv1.AnnotationNeeded, "true",
 			rebootv1.AnnotationNeededSince, stamp(time.Now().Add(-time.Hour+time.Duration(i)*time.Minute)))

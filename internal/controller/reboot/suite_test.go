@@ -32,6 +32,8 @@ var (
 	clock = &testClock{}
 	// kube is a clientset of the test API server (heartbeat Leases).
 	kube kubernetes.Interface
+	// agentHealth is the controller's view of the agents' heartbeats.
+	agentHealth *heartbeat.Tracker
 )
 
 type testClock struct {
@@ -71,6 +73,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
+	agentHealth = heartbeat.NewTracker(rebootagent.HeartbeatComponent, "default", mgr.GetAPIReader())
 	r := &Reconciler{
 		Client:    countingClient{mgr.GetClient()},
 		APIReader: mgr.GetAPIReader(),
@@ -82,7 +85,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 		LedgerNamespace: "default",
 		// As deployed: only nodes whose agent renews its heartbeat are
 		// approved (makeNode runs one per node).
-		Agents: heartbeat.NewTracker(rebootagent.HeartbeatComponent, "default", mgr.GetAPIReader()),
+		Agents: agentHealth,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
