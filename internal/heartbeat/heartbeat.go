@@ -174,6 +174,13 @@ type Heartbeat struct {
 	// landed are the annotations the last write known to have landed
 	// carried.
 	landed map[string]string
+	// failures counts the renewals that failed since the last one that
+	// landed: the first is logged where the user sees it, the rest only
+	// at V(1), and the next success says how many there were.
+	failures int
+	// renewedOnce says a renewal of this run has landed (the first is
+	// logged: a restarted agent says when the controller can see it).
+	renewedOnce bool
 }
 
 // New checks the configuration and fills in defaults.
@@ -393,10 +400,26 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	ctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	if err := h.write(ctx, start, idle); err != nil {
-		h.cfg.Log.V(1).Info("Lease renewal failed", "error", err.Error())
+		// An agent whose renewals fail is passed over by the controller:
+		// say so when it starts, not only at a verbosity nobody runs with.
+		level := 1
+		if h.failures == 0 {
+			level = 0
+		}
+		h.failures++
+		h.cfg.Log.V(level).Info("Lease renewal failed", "lease", LeaseName(h.cfg.Component, h.cfg.Node),
+			"error", err.Error(), "failedInARow", h.failures)
 		h.failed(start, idle, woken, err)
 		h.checkLapse()
 		return
+	}
+	if !h.renewedOnce {
+		h.renewedOnce = true
+		h.cfg.Log.Info("First Lease renewal of this run landed", "lease", LeaseName(h.cfg.Component, h.cfg.Node), "idle", idle)
+	}
+	if h.failures > 0 {
+		h.cfg.Log.Info("Lease renewal landed again", "lease", LeaseName(h.cfg.Component, h.cfg.Node), "failedBefore", h.failures)
+		h.failures = 0
 	}
 	h.mu.Lock()
 	// A write that took longer than FenceAfter (an idle one may) is a

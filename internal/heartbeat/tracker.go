@@ -2,12 +2,10 @@ package heartbeat
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +36,9 @@ type Tracker struct {
 	mu     sync.Mutex
 	nodes  map[string]*observation
 	synced func() bool
+
+	// rounds batch Lost's reads from the API server (confirm.go).
+	rounds rounds
 }
 
 type observation struct {
@@ -148,18 +149,17 @@ func (t *Tracker) Forget(l *coordinationv1.Lease) {
 //     read), and no renewal was observed since.
 //
 // An error (the API server unreachable) is "not confirmed": the caller
-// waits and asks again.
+// waits and asks again. Reads are shared between callers (confirm.go).
 func (t *Tracker) Lost(ctx context.Context, node string) (bool, error) {
 	if t.Healthy(node) {
 		return false, nil
 	}
-	l := &coordinationv1.Lease{}
-	err := t.reader.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: LeaseName(t.component, node)}, l)
+	l, err := t.read(ctx, node)
 	switch {
-	case apierrors.IsNotFound(err):
-		return t.missing(node), nil
 	case err != nil:
-		return false, fmt.Errorf("reading the heartbeat Lease of node %s: %w", node, err)
+		return false, err
+	case l == nil:
+		return t.missing(node), nil
 	}
 	t.Observe(l)
 	t.mu.Lock()

@@ -108,6 +108,7 @@ func run(ctx context.Context) (err error) {
 			// Down removes the lab's directory: keep the components' logs.
 			keep := filepath.Join(os.TempDir(), "kubext-demo-logs")
 			_ = os.RemoveAll(keep)
+			d.dumpState(context.WithoutCancel(ctx))
 			if cerr := os.CopyFS(keep, os.DirFS(filepath.Join(d.lab.Dir, "logs"))); cerr == nil {
 				say("The lab's logs (manager, agents, pods) are kept in %s", keep)
 			}
@@ -265,4 +266,21 @@ func webhookEndpointsServe(ctx context.Context, c client.Client, ns, service str
 		return fmt.Errorf("service %s/%s has no endpoints yet", ns, service)
 	}
 	return nil
+}
+
+// dumpState writes what the API server holds of the static IPs and the
+// agents' heartbeats into the lab's logs, so that a failed run can be read
+// afterwards: who renewed last, in which generation, declared what.
+func (d *demo) dumpState(ctx context.Context) {
+	for file, args := range map[string][]string{
+		"state-leases.yaml": {"get", "leases", "-A", "-o", "yaml"},
+		"state-ips.yaml":    {"get", "ips,ippools", "-o", "yaml"},
+		"state-pods.txt":    {"get", "pods", "-A", "-o", "wide"},
+	} {
+		out, err := d.lab.Kubectl(ctx, args...)
+		if err != nil {
+			out = append(out, []byte("\n"+err.Error()+"\n")...)
+		}
+		_ = os.WriteFile(filepath.Join(d.lab.Dir, "logs", file), out, 0o644)
+	}
 }
