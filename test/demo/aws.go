@@ -100,6 +100,10 @@ func awsScenario(ctx context.Context, d *demo) error {
 	if err := d.lab.ReviveNode(ctx, dead); err != nil {
 		return err
 	}
+	// The scenarios after this one place pods on it again.
+	if err := d.lab.WaitNodeUsable(ctx, dead, time.Minute); err != nil {
+		return err
+	}
 	if d.deployed == nil {
 		if _, err := d.lab.StartIPAgent(ctx, dead); err != nil {
 			return err

@@ -276,6 +276,10 @@ func (d *demo) dumpState(ctx context.Context) {
 		"state-leases.yaml": {"get", "leases", "-A", "-o", "yaml"},
 		"state-ips.yaml":    {"get", "ips,ippools", "-o", "yaml"},
 		"state-pods.txt":    {"get", "pods", "-A", "-o", "wide"},
+		"state-nodes.yaml":  {"get", "nodes", "-o", "yaml"},
+		"state-reboot.yaml": {"get", "rebootgroups", "-o", "yaml"},
+		"state-pdbs.txt":    {"get", "pdb", "-A", "-o", "wide"},
+		"state-events.txt":  {"get", "events", "-A", "--sort-by", ".lastTimestamp"},
 	} {
 		out, err := d.lab.Kubectl(ctx, args...)
 		if err != nil {

@@ -74,7 +74,9 @@ func rebootScenario(ctx context.Context, d *demo) error {
 
 	say("Live progress (one line per change):")
 	if err := d.followReboots(ctx); err != nil {
-		return err
+		// Say what holds the rollout before giving up.
+		_ = plugin(ctx, d, "reboot", "status")
+		return fmt.Errorf("the reboots did not finish within 3m: %w", err)
 	}
 	if err := k.show("get", "rebootgroups"); err != nil {
 		return err

@@ -106,6 +106,10 @@ func staticIPScenario(ctx context.Context, d *demo) error {
 	if err := d.lab.ReviveNode(ctx, dead); err != nil {
 		return err
 	}
+	// The scenarios after this one place pods on it again.
+	if err := d.lab.WaitNodeUsable(ctx, dead, time.Minute); err != nil {
+		return err
+	}
 	if d.deployed == nil { // deployed, the lab restarts the node's pods itself
 		args, err := d.lab.WitnessArgs()
 		if err != nil {

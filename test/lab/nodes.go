@@ -183,6 +183,34 @@ func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeou
 	return nil
 }
 
+// WaitNodeUsable waits until the node is Ready and the node lifecycle
+// controller has seen it so (its not-ready and unreachable taints are
+// gone). Until then that controller may still mark pods that start on the
+// node NotReady, for good: the lab's kwok makes a pod Ready only once,
+// when it starts.
+func (l *Lab) WaitNodeUsable(ctx context.Context, name string, timeout time.Duration) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling through transient errors
+		}
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+				return false, nil
+			}
+		}
+		return NodeReady(node), nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s did not become Ready without the not-ready taints within %s: %w", name, timeout, err)
+	}
+	return nil
+}
+
 // FailNode makes the node NotReady, as a dead kubelet would (kwok's
 // node-not-ready stage). It does not touch the node's network namespace.
 func (l *Lab) FailNode(ctx context.Context, name string) error {
