@@ -11,10 +11,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,9 +81,88 @@ func makeNode(t *testing.T, group, name string, change func(*corev1.Node)) {
 	if err := k8s.Create(ctx, n); err != nil {
 		t.Fatal(err)
 	}
+	dropSlotsAtEnd(t, name)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
 	setNodeStatus(t, name, true, "boot-"+name+"-0")
 	startHeartbeat(t, name)
+}
+
+// testNodes are the nodes each running test made, for dropSlotsAtEnd.
+var testNodes = struct {
+	sync.Mutex
+	of map[*testing.T][]string
+}{of: map[*testing.T][]string{}}
+
+// dropSlotsAtEnd takes the test's nodes out of the approvals ledger once
+// the test is over and its nodes are deleted (the cleanup is registered
+// with the test's first node, so it runs after every node's deletion). A
+// test that fails midway leaves its nodes' slots behind, and a node
+// deleted while down keeps its slot until its group's reboot timeout (the
+// default once the group is gone too): a control-plane node's slot would
+// then hold every worker of every later test.
+func dropSlotsAtEnd(t *testing.T, node string) {
+	testNodes.Lock()
+	defer testNodes.Unlock()
+	names, registered := testNodes.of[t]
+	testNodes.of[t] = append(names, node)
+	if registered {
+		return
+	}
+	t.Cleanup(func() {
+		testNodes.Lock()
+		names := testNodes.of[t]
+		delete(testNodes.of, t)
+		testNodes.Unlock()
+		// A reconcile in flight when the nodes were deleted may still
+		// write a slot of one of them (an order decided from a cache that
+		// had not seen the deletion): look again a moment later.
+		for range 3 {
+			dropped, err := dropSlots(context.Background(), names)
+			if err != nil {
+				t.Errorf("dropping the slots of %v from the reboot ledger: %v", names, err)
+				return
+			}
+			if !dropped {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+}
+
+// dropSlots removes the named nodes' slots from the approvals ledger,
+// conditional on the version read (the controller writes it too) and
+// again on a conflict; it says whether any was there.
+func dropSlots(ctx context.Context, names []string) (bool, error) {
+	dropped := false
+	err := retry.OnError(wait.Backoff{Steps: 50, Duration: 10 * time.Millisecond, Factor: 1.5, Cap: time.Second},
+		apierrors.IsConflict, func() error {
+			dropped = false
+			cm := &corev1.ConfigMap{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			slots, err := rebootv1.ParseLedger(cm.Data)
+			if err != nil {
+				return err
+			}
+			for _, name := range names {
+				if _, ok := slots[name]; ok {
+					delete(slots, name)
+					dropped = true
+				}
+			}
+			if !dropped {
+				return nil
+			}
+			data, err := json.Marshal(slots)
+			if err != nil {
+				return err
+			}
+			cm.Data[ledgerKey] = string(data)
+			return k8s.Update(ctx, cm)
+		})
+	return dropped, err
 }
 
 // heartbeats stop the running agent heartbeats, by node.
