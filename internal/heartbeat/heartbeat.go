@@ -27,7 +27,17 @@
 // are spread by a jitter so that agents that fell into step (all renewed
 // at once after a stall) drift apart. None of this touches a renewal that
 // keeps a hold on the Lease: those go out at every tick, bounded by the
-// hold, as the fencing argument assumes.
+// hold. Once the hold has lapsed there is nothing left to keep, only to
+// regain, so a failed renewal, news or not, is retried after the backoff
+// too (at most two intervals apart when the agent is not idle, so that a
+// node holding addresses on its Lease regains them soon after the API
+// server answers again): at 1,000 nodes, agents whose witnesses had
+// declared each other silent retried their news at every tick, and their
+// reads, refused or timed out by the hundred per second, kept the API
+// server from recovering. Skipping a renewal is, to the fencing argument,
+// a renewal that failed: it only delays the agent's return. A woken
+// renewal (new news, or the agent has just turned needed) still goes at
+// once.
 //
 // A renewal whose outcome is unknown (its answer timed out, or an update
 // conflicted with a write of its own that landed late) is followed by one
@@ -161,7 +171,8 @@ type Heartbeat struct {
 	backoff wait.Backoff
 	retryAt time.Time
 	// news says a woken renewal failed: its news (a declaration) goes out
-	// at every tick until a renewal lands, whatever the backoff says.
+	// at every tick until a renewal lands, whatever the idle pace says,
+	// and, once the hold has lapsed, as the backoff allows.
 	news bool
 
 	// The following are used by the renewing loop only.
@@ -244,21 +255,29 @@ func (h *Heartbeat) succeeded() {
 	h.retryAt, h.news = time.Time{}, false
 }
 
-// failed notes a renewal that did not land: an idle one is tried again
-// after the backoff's next step, or after the wait the API server asked
-// for (Retry-After) if that is longer; a woken one at the next tick.
+// failed notes a renewal that did not land. The next attempt waits for
+// the backoff's next step, or for the wait the API server asked for
+// (Retry-After) if that is longer, when it keeps no hold (renewNow): an
+// idle renewal, or any once the hold has lapsed. A renewal that is not
+// idle waits at most maxLapsedWait for the backoff.
 func (h *Heartbeat) failed(start time.Time, idle, woken bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.news = h.news || woken
-	if idle {
-		wait := h.backoff.Step()
-		if s, ok := apierrors.SuggestsClientDelay(err); ok {
-			wait = max(wait, time.Duration(s)*time.Second)
-		}
-		h.retryAt = start.Add(wait)
+	wait := h.backoff.Step()
+	if !idle {
+		wait = min(wait, maxLapsedWait*h.cfg.RenewInterval)
 	}
+	if s, ok := apierrors.SuggestsClientDelay(err); ok {
+		wait = max(wait, time.Duration(s)*time.Second)
+	}
+	h.retryAt = start.Add(wait)
 }
+
+// maxLapsedWait bounds the backoff of a renewal that is not idle, in
+// renew intervals: what it adds to a Lease-held node's outage once the API
+// server answers again.
+const maxLapsedWait = 2
 
 // Held reports whether the agent may act: its last successful renewal
 // started less than FenceAfter ago.
@@ -359,11 +378,15 @@ func (h *Heartbeat) renewNow(ctx context.Context, woken bool) {
 	}
 	idle := h.cfg.Idle != nil && h.cfg.Idle()
 	start := h.cfg.now()
-	if idle && !woken {
+	if !woken {
 		h.mu.Lock()
-		// News that failed to go out is tried at every tick.
-		recent := !h.news && h.lastIdle && start.Sub(h.lastStart) < h.idleDue
-		backingOff := !h.news && start.Before(h.retryAt)
+		held := h.held && start.Sub(h.lastStart) < h.cfg.FenceAfter
+		// An idle renewal waits for its due time, unless news failed
+		// to go out; after a failure, a renewal that keeps no hold
+		// waits for the backoff, news or not (one that keeps a hold
+		// goes at every tick).
+		recent := idle && !h.news && h.lastIdle && start.Sub(h.lastStart) < h.idleDue
+		backingOff := start.Before(h.retryAt) && (!held || idle && !h.news)
 		h.mu.Unlock()
 		if recent || backingOff {
 			h.checkLapse()

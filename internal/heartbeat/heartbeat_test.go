@@ -290,6 +290,9 @@ func TestFencesOnceWhenRenewalsFailAndRegains(t *testing.T) {
 	g.Expect(cb.regained.Load()).To(BeEquivalentTo(1))
 
 	api.failing.Store(false)
+	// The lapsed hold's retries wait for the backoff (at most two
+	// intervals on the agent's clock, which stands still here).
+	clock.Add(maxLapsedWait * cfg.RenewInterval)
 	g.Eventually(h.Held, time.Second, 5*time.Millisecond).Should(BeTrue())
 	g.Eventually(cb.regained.Load, time.Second, 5*time.Millisecond).Should(BeEquivalentTo(2))
 	g.Eventually(cb.renewed.Load, time.Second, 5*time.Millisecond).Should(BeNumerically(">=", renewedBeforeFailing+3))
@@ -713,14 +716,17 @@ func TestIdleRenewalsBackOffWhileTheAPIServerRefuses(t *testing.T) {
 }
 
 // A woken renewal carries news (a witness's declaration, which the
-// controller waits for to fail over): neither the backoff nor the idle
-// pace holds it up, and until it lands every tick tries again.
-func TestNewsIsNotHeldUpByTheBackoff(t *testing.T) {
+// controller waits for to fail over): it goes at once, whatever the idle
+// pace and the backoff say. If it fails, its retries do not wait for the
+// idle renewal to fall due, but they do wait for the backoff: at 1,000
+// nodes agents retrying their news at every tick kept an overloaded API
+// server from recovering.
+func TestNewsIsNotHeldUpByTheIdlePace(t *testing.T) {
 	g := NewWithT(t)
 	clock := newFakeClock()
 	api := &leaseTraffic{}
 	var cb callbacks
-	_, tick := agentHeartbeat(t, api, clock, &cb, true)
+	h, tick := agentHeartbeat(t, api, clock, &cb, true)
 	tick(false)
 	clock.Add(time.Second)
 
@@ -728,14 +734,21 @@ func TestNewsIsNotHeldUpByTheBackoff(t *testing.T) {
 	sent := api.sent.Load()
 	tick(true)
 	g.Expect(api.sent.Load()).To(Equal(sent+1), "the woken renewal went out at once")
-	for range 6 {
+	for range 12 {
 		clock.Add(500 * time.Millisecond)
 		tick(false)
 	}
-	g.Expect(api.sent.Load()).To(Equal(sent+7), "the failed news is tried at every tick, though the idle renewal is not due")
+	// 6 s, idle renewal not due: the backoff (500 ms doubling to 2 s,
+	// jittered up to half more) allows 3 to 6 retries, not 12.
+	g.Expect(api.sent.Load()-sent-1).To(And(BeNumerically(">=", 3), BeNumerically("<=", 6)),
+		"the failed news is tried as the backoff allows, though the idle renewal is not due")
+	before := api.sent.Load()
+	tick(true)
+	g.Expect(api.sent.Load()).To(Equal(before+1), "new news goes at once, whatever the backoff")
 	api.overloaded.Store(false)
-	clock.Add(500 * time.Millisecond)
-	tick(false)
+	for clock.Add(500 * time.Millisecond); api.writes.Load() == 0 || h.news; clock.Add(500 * time.Millisecond) {
+		tick(false)
+	}
 	writes := api.writes.Load()
 	clock.Add(500 * time.Millisecond)
 	tick(false)
@@ -743,21 +756,39 @@ func TestNewsIsNotHeldUpByTheBackoff(t *testing.T) {
 }
 
 // A renewal that keeps a hold on the Lease is never held back: every tick
-// tries, as the fencing argument assumes, overloaded server or not.
-func TestFullRateRenewalsAreNotBackedOff(t *testing.T) {
+// tries while the hold lasts, overloaded server or not. Once it has
+// lapsed, the retries wait for the backoff, at most two intervals, so that
+// the node regains its hold soon after the server answers again.
+func TestFullRateRenewalsAreNotBackedOffWhileHeld(t *testing.T) {
 	g := NewWithT(t)
 	clock := newFakeClock()
 	api := &leaseTraffic{}
 	var cb callbacks
-	_, tick := agentHeartbeat(t, api, clock, &cb, false)
+	h, tick := agentHeartbeat(t, api, clock, &cb, false)
 	tick(false)
 	api.overloaded.Store(true)
 	sent := api.sent.Load()
-	for range 10 {
+	for h.Held() {
 		clock.Add(500 * time.Millisecond)
 		tick(false)
 	}
-	g.Expect(api.sent.Load()).To(Equal(sent+10), "a tick without an attempt")
+	held := api.sent.Load() - sent
+	// The ticks strictly within the hold (the last one falls at its end).
+	g.Expect(held).To(BeEquivalentTo(h.cfg.FenceAfter/(500*time.Millisecond)-1), "a tick without an attempt while the hold lasted")
+
+	for range 20 {
+		clock.Add(500 * time.Millisecond)
+		tick(false)
+	}
+	g.Expect(api.sent.Load()-sent-held).To(And(BeNumerically(">=", 7), BeNumerically("<=", 10)),
+		"lapsed: one attempt every two ticks at most (20 ticks), none held back longer")
+
+	api.overloaded.Store(false)
+	clock.Add(500 * time.Millisecond)
+	tick(false)
+	clock.Add(500 * time.Millisecond)
+	tick(false)
+	g.Expect(h.Held()).To(BeTrue(), "regained within two ticks of the server answering")
 }
 
 // slowLeases answers Lease updates after delay, as an API server queueing
