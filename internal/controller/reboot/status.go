@@ -80,10 +80,12 @@ func groupStatus(rg *rebootv1.RebootGroup) (any, *int64) {
 	return rg.Status, &rg.Status.ObservedGeneration
 }
 
-// progressBatch is how long a group's status may lag the progress counts of
-// a rollout (progressOnly): a rollout of a large group changes them on
-// nearly every reconcile, and writing them each time kept the single
-// worker busy for a third of its reconciles.
+// progressBatch is how long a group's status may lag the progress of a
+// running rollout (progressOnly): a rollout of a large group changes it on
+// nearly every reconcile (every approval and every verified reboot), and
+// writing it each time — a patch of a status listing every remaining node —
+// took the single worker more time than anything else it does at 1,000
+// nodes, ahead of the decisions waiting behind it.
 const progressBatch = time.Second
 
 // patchGroupStatus writes what the decision found for the group: through
@@ -115,7 +117,7 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 	}
 	r.setConditions(updated, gd, needing)
 	st.ObservedGeneration = updated.Generation
-	if last, ok := r.statusWritten[rg.Name]; ok && progressOnly(rg.Status, *st) {
+	if last, ok := r.statusWritten[rg.Name]; ok && progressOnly(rg.Status, *st) && !askedAgain(rg.Status.Rollout, nodes) {
 		if due := last.Add(progressBatch); r.Now().Before(due) {
 			next.at(due)
 			return nil
@@ -137,11 +139,20 @@ func (r *Reconciler) patchGroupStatus(ctx context.Context, rg *rebootv1.RebootGr
 
 // progressOnly says whether a group's status moved from old to cur only in
 // what a running rollout changes at every step: how many nodes are
-// unavailable, need or are in a reboot, which ones, and the conditions'
-// messages. Everything else — the rollout record (which a new leader goes
-// on from), the counts of done and failed reboots, a condition's status or
-// reason, the observed generation, the next window, the last drain — is
-// written at once.
+// unavailable, need or are in a reboot, which ones, how many are done, the
+// conditions' messages, the rollout record's counts, remaining nodes and
+// message while the same rollout keeps running, and a last drain that
+// evicted nothing. Everything else — a rollout starting, stopping or
+// completing, the failed reboots, a condition's status or reason, the
+// observed generation, the next window, a last drain that evicted pods —
+// is written at once.
+//
+// The record may lag by progressBatch because Track moves it on from the
+// record as written and the nodes as they are: a node of the written
+// record's remaining nodes that no longer asks and was rebooted since the
+// rollout started counts as done whenever it is seen so. The one thing a
+// lag could lose, a node done and asking again before the record says it
+// was done, is written at once (askedAgain).
 func progressOnly(old, cur rebootv1.RebootGroupStatus) bool {
 	if len(old.Conditions) != len(cur.Conditions) {
 		return false
@@ -152,8 +163,45 @@ func progressOnly(old, cur rebootv1.RebootGroupStatus) bool {
 			return false
 		}
 	}
-	old.Unavailable, old.Needing, old.Rebooting, old.CurrentNodes, old.Conditions = cur.Unavailable, cur.Needing, cur.Rebooting, cur.CurrentNodes, cur.Conditions
+	if old.Rollout != nil && cur.Rollout != nil {
+		if old.Rollout.Number != cur.Rollout.Number || old.Rollout.State != rebootv1.RolloutRunning ||
+			cur.Rollout.State != rebootv1.RolloutRunning {
+			return false
+		}
+		o, c := *old.Rollout, *cur.Rollout
+		o.Total, o.Done, o.Remaining, o.RemainingNodes, o.Message = c.Total, c.Done, c.Remaining, c.RemainingNodes, c.Message
+		old.Rollout, cur.Rollout = &o, &c
+	}
+	if cur.LastDrain != nil && len(cur.LastDrain.Workloads) == 0 {
+		// A drain that evicted nothing gives evictedPodsReady nothing to
+		// wait for: a new leader that read the record before it checks
+		// an earlier drain's workloads, never fewer.
+		old.LastDrain = cur.LastDrain
+	}
+	old.Unavailable, old.Needing, old.Rebooting, old.CurrentNodes, old.Done, old.Conditions =
+		cur.Unavailable, cur.Needing, cur.Rebooting, cur.CurrentNodes, cur.Done, cur.Conditions
 	return equality.Semantic.DeepEqual(old, cur)
+}
+
+// askedAgain says whether a node of the written rollout record's remaining
+// nodes was rebooted since the rollout started and asks again: Track, from
+// a record written after that, would take it for a node still waiting for
+// its first reboot and count one reboot too few.
+func askedAgain(written *rebootv1.RolloutStatus, nodes map[string]rebootplan.Node) bool {
+	if written == nil {
+		return false
+	}
+	start := written.StartTime.Truncate(time.Second)
+	for _, name := range written.RemainingNodes {
+		n, ok := nodes[name]
+		if !ok || !n.Needs() && !n.HoldsSlot() {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339, n.Annotations[rebootv1.AnnotationRebootedAt]); err == nil && !at.Before(start) {
+			return true
+		}
+	}
+	return false
 }
 
 // announceRollout emits an Event on the group when its rollout, as just
