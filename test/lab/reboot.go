@@ -277,7 +277,10 @@ func (l *Lab) RebootFor(ctx context.Context, name string, downtime time.Duration
 
 // postReady writes the node's Ready condition as kwok's stages write it
 // (the same reasons and messages, so that neither undoes the other), with
-// the transition at now.
+// the transition at now, unless the condition already has that status (kwok
+// got there first): then, as a kubelet does, it keeps the transition time.
+// Moving it would tell a reboot controller that the node went through a
+// NotReady it never saw, and restart its soak.
 func (l *Lab) postReady(ctx context.Context, name string, ready bool) error {
 	now := metav1.Now()
 	c := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
@@ -285,6 +288,19 @@ func (l *Lab) postReady(ctx context.Context, name string, ready bool) error {
 		LastHeartbeatTime: now, LastTransitionTime: now}
 	if !ready {
 		c.Status, c.Reason, c.Message = corev1.ConditionFalse, "nodeFailed", "node failed"
+	}
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, old := range node.Status.Conditions {
+		if old.Type == corev1.NodeReady && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = old.LastTransitionTime
+		}
 	}
 	return l.patchNodeStatus(ctx, name, map[string]any{"conditions": []corev1.NodeCondition{c}})
 }
