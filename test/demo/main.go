@@ -276,6 +276,8 @@ func (d *demo) dumpState(ctx context.Context) {
 		"state-leases.yaml": {"get", "leases", "-A", "-o", "yaml"},
 		"state-ips.yaml":    {"get", "ips,ippools", "-o", "yaml"},
 		"state-pods.txt":    {"get", "pods", "-A", "-o", "wide"},
+		// The pods' Ready conditions (the READY column counts containers).
+		"state-pods.yaml":   {"get", "pods", "-A", "-o", "yaml"},
 		"state-nodes.yaml":  {"get", "nodes", "-o", "yaml"},
 		"state-reboot.yaml": {"get", "rebootgroups", "-o", "yaml"},
 		"state-pdbs.txt":    {"get", "pdb", "-A", "-o", "wide"},

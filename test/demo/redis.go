@@ -239,7 +239,10 @@ func redisFailover(ctx context.Context, d *demo, k *labKubectl, name string) err
 			say("reviving %s: %v", node, err)
 			return
 		}
-		if err := d.lab.WaitNodeReady(ctx, node, true, time.Minute); err != nil {
+		// Ready and untainted: until the node lifecycle controller has
+		// seen it Ready, pods that start there (the next scenario's, a
+		// manager replica) can be marked NotReady for good in the lab.
+		if err := d.lab.WaitNodeUsable(ctx, node, time.Minute); err != nil {
 			say("%v", err)
 			return
 		}
