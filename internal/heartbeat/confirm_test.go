@@ -48,23 +48,18 @@ func newCountingAPI() *countingAPI {
 }
 
 // waiting is how many Lost calls wait for the round in flight.
-func (t *Tracker) waiting() int {
-	t.rounds.mu.Lock()
-	defer t.rounds.mu.Unlock()
-	if t.rounds.inFlight == nil {
-		return 0
-	}
-	return t.rounds.inFlight.callers
-}
+func (t *Tracker) waiting() int { return t.callersOf(func(rs *rounds) *round { return rs.inFlight }) }
 
 // nextWaiting is how many Lost calls wait for the next round.
-func (t *Tracker) nextWaiting() int {
+func (t *Tracker) nextWaiting() int { return t.callersOf(func(rs *rounds) *round { return rs.next }) }
+
+func (t *Tracker) callersOf(which func(*rounds) *round) int {
 	t.rounds.mu.Lock()
 	defer t.rounds.mu.Unlock()
-	if t.rounds.next == nil {
-		return 0
+	if r := which(&t.rounds); r != nil {
+		return r.callers
 	}
-	return t.rounds.next.callers
+	return 0
 }
 
 type lostAnswer struct {

@@ -166,6 +166,12 @@ func NodeReady(node *corev1.Node) bool {
 // WaitNodeReady waits until the node's Ready condition is ready (true) or
 // not (false).
 func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeout time.Duration) error {
+	return l.waitNode(ctx, name, timeout, func(node *corev1.Node) bool { return NodeReady(node) == ready },
+		fmt.Sprintf("become Ready=%t", ready))
+}
+
+// waitNode polls the node until cond holds; what says what it waited for.
+func (l *Lab) waitNode(ctx context.Context, name string, timeout time.Duration, cond func(*corev1.Node) bool, what string) error {
 	cs, err := l.Clientset()
 	if err != nil {
 		return err
@@ -175,10 +181,10 @@ func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeou
 		if err != nil {
 			return false, nil //nolint:nilerr // keep polling through transient errors
 		}
-		return NodeReady(node) == ready, nil
+		return cond(node), nil
 	})
 	if err != nil {
-		return fmt.Errorf("node %s did not become Ready=%t within %s: %w", name, ready, timeout, err)
+		return fmt.Errorf("node %s did not %s within %s: %w", name, what, timeout, err)
 	}
 	return nil
 }
@@ -189,26 +195,14 @@ func (l *Lab) WaitNodeReady(ctx context.Context, name string, ready bool, timeou
 // node NotReady, for good: the lab's kwok makes a pod Ready only once,
 // when it starts.
 func (l *Lab) WaitNodeUsable(ctx context.Context, name string, timeout time.Duration) error {
-	cs, err := l.Clientset()
-	if err != nil {
-		return err
-	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		node, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // keep polling through transient errors
-		}
+	return l.waitNode(ctx, name, timeout, func(node *corev1.Node) bool {
 		for _, t := range node.Spec.Taints {
 			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
-				return false, nil
+				return false
 			}
 		}
-		return NodeReady(node), nil
-	})
-	if err != nil {
-		return fmt.Errorf("node %s did not become Ready without the not-ready taints within %s: %w", name, timeout, err)
-	}
-	return nil
+		return NodeReady(node)
+	}, "become Ready without the not-ready taints")
 }
 
 // FailNode makes the node NotReady, as a dead kubelet would (kwok's
