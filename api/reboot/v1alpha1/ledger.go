@@ -37,6 +37,11 @@ type LedgerSlot struct {
 	ControlPlane bool `json:"controlPlane,omitempty"`
 	// Confirmed is set once the approval was seen on the node.
 	Confirmed bool `json:"confirmed,omitempty"`
+	// TimeoutSeconds is the group's rebootTimeoutSeconds when the slot was
+	// granted: how long the slot of a node that vanished is kept once its
+	// group is gone too (while the group exists, its spec says). Zero (a
+	// slot written before the field existed): the default timeout.
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
 }
 
 // ParseLedger reads the slots of a ledger ConfigMap's data (empty data:

@@ -51,7 +51,8 @@ import (
 //     has changed, the granting patch can never land, and the entry is
 //     dropped. An entry whose approval had been seen on the node (Confirmed)
 //     but whose node lost it — deleted while down, re-registered without
-//     its annotations — keeps its slot until the group's reboot timeout.
+//     its annotations — keeps its slot until the group's reboot timeout
+//     (the one the slot recorded at the grant, once the group is gone).
 //     The confirmation is written with the next ledger write, and at the
 //     latest before the node's reboot is ordered (until then a node that
 //     vanishes is not down for kubext's reboot); an order whose approval
@@ -211,8 +212,9 @@ func (r *Reconciler) grant(ctx context.Context, s *state, decision rebootplan.De
 	groups := s.groupsOf(decision)
 	for _, name := range decision.Approved {
 		n := s.nodes[name]
-		slots[name] = slot{Group: groups.of(name).name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
-			ControlPlane: decision.IsControlPlane(name)}
+		g := groups.of(name)
+		slots[name] = slot{Group: g.name, Approval: stamp(now), NodeResourceVersion: n.ResourceVersion,
+			ControlPlane: decision.IsControlPlane(name), TimeoutSeconds: timeoutSeconds(g.spec)}
 	}
 	return r.writeLedger(ctx, s.ledger, slots)
 }
@@ -222,7 +224,7 @@ func (r *Reconciler) grant(ctx context.Context, s *state, decision rebootplan.De
 // those that never can, confirms those the node shows, and lets slots of
 // vanished nodes go at their group's reboot timeout. It returns the slots
 // held for nodes that cannot show them.
-func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) ([]rebootplan.Absent, error) {
+func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time, next *deadlines) ([]rebootplan.Absent, error) {
 	slots := maps.Clone(s.ledger.slots)
 	changed, confirmed := false, false
 	var absent []rebootplan.Absent
@@ -262,11 +264,14 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time) 
 			changed = true
 		default:
 			approved, err := time.Parse(time.RFC3339, sl.Approval)
-			if err != nil || now.Sub(approved) > rebootTimeout(s.groupSpec(sl.Group)) {
+			if err != nil || now.Sub(approved) > s.slotTimeout(sl) {
 				delete(slots, name)
 				changed = true
 				continue
 			}
+			// Looked at again when the slot may go, not at the next
+			// periodic look.
+			next.at(approved.Add(s.slotTimeout(sl) + time.Second))
 			// A node that exists counts through the slot (snapshot:
 			// Reserved) whatever it shows, e.g. a cache that has not seen
 			// its approval yet; one that does not has only the ledger.
@@ -314,10 +319,32 @@ func (r *Reconciler) freshNode(ctx context.Context, name string) (*corev1.Node, 
 // groupSpec is the spec of the named group; the CRD's defaults when there
 // is no such object (the implicit default group, or a deleted group).
 func (s *state) groupSpec(name string) rebootv1.RebootGroupSpec {
-	for i := range s.groups {
-		if s.groups[i].Name == name {
-			return s.groups[i].Spec
-		}
+	if spec, ok := s.lookupGroup(name); ok {
+		return spec
 	}
 	return implicitDefault()
+}
+
+func (s *state) lookupGroup(name string) (rebootv1.RebootGroupSpec, bool) {
+	for i := range s.groups {
+		if s.groups[i].Name == name {
+			return s.groups[i].Spec, true
+		}
+	}
+	return rebootv1.RebootGroupSpec{}, false
+}
+
+// slotTimeout is how long a confirmed slot whose node is gone is kept: the
+// group's reboot timeout while the group exists (a user may lengthen it
+// for a slow machine), the one recorded at the grant once the group is
+// gone too — deleting a group must not stretch its 30 s timeout to the
+// default 15 minutes — and the default for a slot that recorded none.
+func (s *state) slotTimeout(sl slot) time.Duration {
+	if spec, ok := s.lookupGroup(sl.Group); ok {
+		return rebootTimeout(spec)
+	}
+	if sl.TimeoutSeconds > 0 {
+		return time.Duration(sl.TimeoutSeconds) * time.Second
+	}
+	return rebootplan.DefaultRebootTimeout
 }

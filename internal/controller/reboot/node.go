@@ -341,6 +341,11 @@ func rebootTimeout(spec rebootv1.RebootGroupSpec) time.Duration {
 	return rebootplan.DefaultRebootTimeout
 }
 
+// timeoutSeconds is rebootTimeout as a slot records it.
+func timeoutSeconds(spec rebootv1.RebootGroupSpec) int32 {
+	return int32(rebootTimeout(spec) / time.Second)
+}
+
 // soak is how long a rebooted node must stay Ready; unset is the CRD's
 // default.
 func soak(spec rebootv1.RebootGroupSpec) time.Duration {

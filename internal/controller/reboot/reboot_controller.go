@@ -177,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	clock.done("read")
 	next := newDeadlines(now)
-	if s.absent, err = r.repairLedger(ctx, s, now); err != nil {
+	if s.absent, err = r.repairLedger(ctx, s, now, next); err != nil {
 		return r.retry(ctx, err)
 	}
 	clock.done("repair")

@@ -155,6 +155,52 @@ func TestDeletedNodeKeepsSlotUntilRebootTimeout(t *testing.T) {
 	})
 }
 
+// A node deleted while down whose group is deleted too keeps its slot for
+// the reboot timeout its group had, recorded in the slot at the grant: a
+// worker's slot holds every control-plane node of the cluster (they reboot
+// only while no worker does), and before the slot kept the timeout a
+// deleted group's 30 s became the default 15 minutes.
+func TestDeletedGroupsSlotKeepsItsTimeout(t *testing.T) {
+	ctx := context.Background()
+	gone := makeGroup(t, "gonegroup", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.RebootTimeoutSeconds = 30 })
+	stays := makeGroup(t, "staysgroup", intstr.FromInt32(1), nil)
+	makeNode(t, gone.Name, "gonegroup-w", nil)
+	makeNode(t, stays.Name, "staysgroup-cp", func(n *corev1.Node) {
+		n.Labels[rebootv1.LabelControlPlane] = ""
+	})
+	startAgents(t, gone.Name, 0, "gonegroup-w") // never comes back: it holds its slot
+	startAgents(t, stays.Name, 0)
+	annotate(t, "gonegroup-w", rebootv1.AnnotationNeeded, "true")
+	eventually(t, "gonegroup-w ordered to reboot", func() (bool, error) {
+		return getNode(t, "gonegroup-w").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	slots, err := ledgerSlots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slots["gonegroup-w"].TimeoutSeconds; got != 30 {
+		t.Fatalf("the slot records a reboot timeout of %d s, want the group's 30", got)
+	}
+	if err := k8s.Delete(ctx, getNode(t, "gonegroup-w")); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	annotate(t, "staysgroup-cp", rebootv1.AnnotationNeeded, "true")
+	for range 20 {
+		if _, approved := getNode(t, "staysgroup-cp").Annotations[rebootv1.AnnotationInProgress]; approved {
+			t.Fatal("a control-plane node approved while a deleted worker may still be rebooting")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	clock.Advance(31 * time.Second)
+	eventually(t, "the control-plane node approved once the deleted group's 30 s passed", func() (bool, error) {
+		_, ok := getNode(t, "staysgroup-cp").Annotations[rebootv1.AnnotationInProgress]
+		return ok, nil
+	})
+}
+
 // A PodDisruptionBudget that allows no disruption blocks the drain: the
 // node is given back (uncordoned) after the drain timeout, the PDB is named
 // in an Event and the group's status, and the next node proceeds.

@@ -75,7 +75,7 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 			approval := w.orig.Annotations[rebootv1.AnnotationInProgress]
 			if sl, ok := slots[name]; !ok || !sl.Confirmed || sl.Approval != approval {
 				slots[name] = slot{Group: w.group, Approval: approval, NodeResourceVersion: w.orig.ResourceVersion,
-					ControlPlane: w.controlPlane, Confirmed: true}
+					ControlPlane: w.controlPlane, Confirmed: true, TimeoutSeconds: timeoutSeconds(s.groupSpec(w.group))}
 				changed = true
 			}
 			changed = changed || s.ledger.unwritten
