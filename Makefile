@@ -295,6 +295,7 @@ CHART_CONFIG_FILES = config/rbac/role.yaml config/rbac/leader_election_role.yaml
 	$(sort $(wildcard config/rbac/*_editor_role.yaml config/rbac/*_viewer_role.yaml)) \
 	config/ip-agent/rbac.yaml config/reboot-agent/rbac.yaml \
 	$(sort $(filter-out %/kustomization.yaml %/kustomizeconfig.yaml,$(wildcard config/policy/*.yaml))) \
+	config/flowcontrol/leader-election.yaml \
 	config/webhook/manifests.yaml config/prometheus/rules.yaml config/prometheus/dashboard.json
 
 # Stamped as helm's own Makefile does: its version, and the Kubernetes

@@ -90,6 +90,7 @@ var clusterScoped = map[string]bool{
 	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
 	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true,
 	"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
+	"FlowSchema": true,
 }
 
 // compare returns what differs between config/default's object c and the
@@ -142,7 +143,7 @@ func normalize(o *unstructured.Unstructured) map[string]any {
 		// kustomize re-emits the policies' folded CEL scalars with extra
 		// line breaks; whitespace is insignificant in CEL.
 		return map[string]any{"spec": squeezeSpace(obj["spec"])}
-	case "PodDisruptionBudget":
+	case "PodDisruptionBudget", "FlowSchema":
 		return map[string]any{"spec": obj["spec"]}
 	case "ValidatingWebhookConfiguration":
 		hooks, _, _ := unstructured.NestedSlice(obj, "webhooks")

@@ -170,3 +170,34 @@ func TestWebhooksOffAndCertManager(t *testing.T) {
 		t.Error("webhooks.certificates=certManager renders no Certificate")
 	}
 }
+
+// The FlowSchema that gives the manager's leader election its priority
+// level names the release's manager and namespace (a FlowSchema naming
+// config/default's kubext-system/kubext-controller-manager would match
+// nobody, and the manager would fall back to workload-low unnoticed), and
+// flowControl.enabled=false renders none.
+func TestFlowSchemaNamesTheReleasesManager(t *testing.T) {
+	find := func(objs []*unstructured.Unstructured) *unstructured.Unstructured {
+		for _, o := range objs {
+			if o.GetKind() == "FlowSchema" {
+				return o
+			}
+		}
+		return nil
+	}
+	fs := find(helmTemplate(t, "--namespace", "acme-ops", "--set", "namePrefix=acme-"))
+	if fs == nil || fs.GetName() != "acme-leader-election" {
+		t.Fatalf("no FlowSchema acme-leader-election rendered: %v", fs)
+	}
+	want := `[{"resourceRules":[{"apiGroups":["coordination.k8s.io"],"namespaces":["acme-ops"],"resources":["leases"],"verbs":["create","update"]}],` +
+		`"subjects":[{"kind":"ServiceAccount","serviceAccount":{"name":"acme-controller-manager","namespace":"acme-ops"}}]}]`
+	if got := canonical(nested(fs.Object, "spec", "rules")); got != want {
+		t.Errorf("FlowSchema rules\n got %s\nwant %s", got, want)
+	}
+	if level := nested(fs.Object, "spec", "priorityLevelConfiguration", "name"); level != "leader-election" {
+		t.Errorf("FlowSchema priority level %v, want leader-election", level)
+	}
+	if fs := find(helmTemplate(t, "--set", "flowControl.enabled=false")); fs != nil {
+		t.Errorf("flowControl.enabled=false still renders FlowSchema %s", fs.GetName())
+	}
+}

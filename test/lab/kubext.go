@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +43,9 @@ type Manager struct {
 }
 
 // StartManager runs bin/manager against the lab with leader election, the
-// way it runs in a cluster, and waits until it reports ready. name tells
+// way it runs in a cluster (as its service account, with the RBAC and
+// admission policies of config/default: InstallManagerAccess), and waits
+// until it reports ready. name tells
 // replicas apart (their logs are logs/<name>.log).
 func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*Manager, error) {
 	return l.StartManagerBinary(ctx, filepath.Join(l.BinDir, "manager"), name, args...)
@@ -51,7 +54,11 @@ func (l *Lab) StartManager(ctx context.Context, name string, args ...string) (*M
 // StartManagerBinary is StartManager with another build of the manager
 // (a bench comparing two).
 func (l *Lab) StartManagerBinary(ctx context.Context, binary, name string, args ...string) (*Manager, error) {
-	if err := l.EnsureNamespace(ctx, SystemNamespace); err != nil {
+	if err := l.InstallManagerAccess(ctx); err != nil {
+		return nil, err
+	}
+	kubeconfig, err := l.writeManagerKubeconfig()
+	if err != nil {
 		return nil, err
 	}
 	metrics, err := freeLoopbackAddr()
@@ -63,7 +70,7 @@ func (l *Lab) StartManagerBinary(ctx context.Context, binary, name string, args 
 		return nil, err
 	}
 	args = append([]string{
-		"--kubeconfig", l.Kubeconfig, "--leader-elect", "--leader-election-namespace", SystemNamespace,
+		"--kubeconfig", kubeconfig, "--leader-elect", "--leader-election-namespace", SystemNamespace,
 		"--metrics-bind-address", metrics, "--health-probe-bind-address", probes,
 		// A local process has no serving certificate the lab's API server trusts.
 		"--enable-webhooks=false",
@@ -182,19 +189,7 @@ func (l *Lab) InstallIPAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
-	for _, o := range objs {
-		list.Items = append(list.Items, *o)
-	}
-	manifest, err := list.MarshalJSON()
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(l.Dir, "ip-agent-access.json")
-	if err := os.WriteFile(path, manifest, 0o644); err != nil {
-		return err
-	}
-	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", path); err != nil {
+	if err := l.applyObjects(ctx, "ip-agent-access.json", objs); err != nil {
 		return err
 	}
 	if err := l.waitIPAgentPolicy(ctx); err != nil {
@@ -232,6 +227,28 @@ func (l *Lab) prepareAgentAccess(ctx context.Context, policyBinding string) (roo
 // object of those kinds whose name contains "ip-agent"). Cluster-scoped
 // objects come without the namespace kustomize gives them.
 func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
+	objs, err := renderAccess(ctx, kubectl, dir)
+	if err != nil {
+		return nil, err
+	}
+	objs = slices.DeleteFunc(objs, func(u *unstructured.Unstructured) bool { return !strings.Contains(u.GetName(), "ip-agent") })
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("kubectl kustomize %s renders no ip-agent RBAC or admission policy", dir)
+	}
+	return objs, nil
+}
+
+// accessKinds are the kinds that say who may do what, and how much:
+// identities, RBAC, admission policies, API priority and fairness.
+// Cluster-scoped ones are true.
+var accessKinds = map[string]bool{"ServiceAccount": false, "Role": false, "RoleBinding": false,
+	"ClusterRole": true, "ClusterRoleBinding": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "FlowSchema": true}
+
+// renderAccess renders the kustomization in dir with kubectl kustomize and
+// returns its objects of the accessKinds, the cluster-scoped ones without
+// the namespace kustomize gives them.
+func renderAccess(ctx context.Context, kubectl, dir string) ([]*unstructured.Unstructured, error) {
 	out, err := exec.CommandContext(ctx, kubectl, "kustomize", dir).Output()
 	if err != nil {
 		var exit *exec.ExitError
@@ -240,9 +257,6 @@ func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructu
 		}
 		return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
 	}
-	namespaced := map[string]bool{"ServiceAccount": true, "Role": true, "RoleBinding": true}
-	clusterScoped := map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true,
-		"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
 	var objs []*unstructured.Unstructured
 	dec := k8syaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	for {
@@ -253,19 +267,35 @@ func RenderIPAgentAccess(ctx context.Context, kubectl, dir string) ([]*unstructu
 			}
 			return nil, fmt.Errorf("kubectl kustomize %s: %w", dir, err)
 		}
-		kind := u.GetKind()
-		if !strings.Contains(u.GetName(), "ip-agent") || !namespaced[kind] && !clusterScoped[kind] {
+		clusterScoped, access := accessKinds[u.GetKind()]
+		if !access {
 			continue
 		}
-		if clusterScoped[kind] {
+		if clusterScoped {
 			u.SetNamespace("")
 		}
 		objs = append(objs, u)
 	}
-	if len(objs) == 0 {
-		return nil, fmt.Errorf("kubectl kustomize %s renders no ip-agent RBAC or admission policy", dir)
-	}
 	return objs, nil
+}
+
+// applyObjects applies objects server-side through a file in the lab's
+// directory named name.
+func (l *Lab) applyObjects(ctx context.Context, name string, objs []*unstructured.Unstructured) error {
+	list := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "v1", "kind": "List"}}
+	for _, o := range objs {
+		list.Items = append(list.Items, *o)
+	}
+	manifest, err := list.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(l.Dir, name)
+	if err := os.WriteFile(path, manifest, 0o644); err != nil {
+		return err
+	}
+	_, err = l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", path)
+	return err
 }
 
 // waitIPAgentPolicy waits until the API server enforces the ip-agent's

@@ -175,8 +175,14 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	// The floor's writes are the manager's, made as the manager (its
+	// service account, in its priority level), at its QPS.
+	if err := l.InstallManagerAccess(ctx); err != nil {
+		return err
+	}
 	floorCfg, _ := l.RESTConfig()
 	floorCfg.QPS, floorCfg.Burst = float32(o.qps), o.burst
+	floorCfg.Impersonate = lab.ManagerImpersonation()
 	floorClient, err := client.New(floorCfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
@@ -210,7 +216,7 @@ func run(o options) (err error) {
 	}
 	describeRates("background writes (before kubext)", background)
 
-	floor, err := measureFloor(ctx, floorClient, o.ips)
+	floor, err := measureFloor(ctx, c, floorClient, o.ips)
 	if err != nil {
 		return err
 	}
@@ -447,10 +453,11 @@ func createNodes(ctx context.Context, c client.Client, nodes []string) error {
 	})
 }
 
-// measureFloor is the time c takes to create n IPAddress objects and make n
-// status patches (of n IPs made for it beforehand, not timed), the API
-// writes an IP needs at the least; all are deleted afterwards.
-func measureFloor(ctx context.Context, c client.Client, n int) (time.Duration, error) {
+// measureFloor is the time manager (the manager's identity and QPS) takes
+// to create n IPAddress objects and make n status patches (of n IPs c made
+// for it beforehand, not timed), the API writes an IP needs at the least;
+// c deletes them all afterwards.
+func measureFloor(ctx context.Context, c, manager client.Client, n int) (time.Duration, error) {
 	addrs := addresses(floorCIDR, n)
 	names := make([]string, n)
 	if err := parallel(n, func(i int) error {
@@ -463,13 +470,13 @@ func measureFloor(ctx context.Context, c client.Client, n int) (time.Duration, e
 	if err := parallel(n, func(i int) error {
 		a := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: addrs[i].String()},
 			Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Group: ipv1.GroupVersion.Group, Resource: "ips", Name: names[i]}}}
-		return c.Create(ctx, a)
+		return manager.Create(ctx, a)
 	}); err != nil {
 		return 0, err
 	}
 	if err := parallel(n, func(i int) error {
 		patch := fmt.Appendf(nil, `{"status":{"address":%q,"assigned":true}}`, addrs[i])
-		return c.Status().Patch(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}, client.RawPatch(types.MergePatchType, patch))
+		return manager.Status().Patch(ctx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: names[i]}}, client.RawPatch(types.MergePatchType, patch))
 	}); err != nil {
 		return 0, err
 	}
