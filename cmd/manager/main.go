@@ -170,6 +170,7 @@ func run(ctx context.Context, args []string) error {
 		LeaderElectionID:              "manager.kubext.io",
 		LeaderElectionNamespace:       leaderElectNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaderElectionConfig:          leaderElectionConfig(cfg),
 		LeaseDuration:                 &leaseDuration,
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
