@@ -27,7 +27,6 @@ import (
 	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
 
@@ -349,18 +348,7 @@ func ipAgentImpersonation(node string) rest.ImpersonationConfig {
 // network namespace) impersonating the agent's service account with a token
 // bound to the node.
 func (l *Lab) writeIPAgentKubeconfig(node string) (string, error) {
-	cfg, err := clientcmd.LoadFromFile(l.AgentKubeconfig)
-	if err != nil {
-		return "", err
-	}
-	imp := ipAgentImpersonation(node)
-	for _, a := range cfg.AuthInfos {
-		a.Impersonate = imp.UserName
-		a.ImpersonateGroups = imp.Groups
-		a.ImpersonateUserExtra = imp.Extra
-	}
-	path := filepath.Join(l.NodeDir(node), "ip-agent.kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return writeImpersonating(l.AgentKubeconfig, ipAgentImpersonation(node), filepath.Join(l.NodeDir(node), "ip-agent.kubeconfig"))
 }
 
 // EnsureNamespace creates a namespace if it does not exist.

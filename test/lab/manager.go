@@ -131,14 +131,18 @@ func isManager(s rbacv1.Subject) bool {
 // writeManagerKubeconfig writes the manager's kubeconfig: the lab's admin
 // credentials impersonating the manager's service account.
 func (l *Lab) writeManagerKubeconfig() (string, error) {
-	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig)
+	return writeImpersonating(l.Kubeconfig, ManagerImpersonation(), filepath.Join(l.Dir, "manager.kubeconfig"))
+}
+
+// writeImpersonating writes to path the kubeconfig base with every
+// credential impersonating imp.
+func writeImpersonating(base string, imp rest.ImpersonationConfig, path string) (string, error) {
+	cfg, err := clientcmd.LoadFromFile(base)
 	if err != nil {
 		return "", err
 	}
-	imp := ManagerImpersonation()
 	for _, a := range cfg.AuthInfos {
-		a.Impersonate, a.ImpersonateGroups = imp.UserName, imp.Groups
+		a.Impersonate, a.ImpersonateGroups, a.ImpersonateUserExtra = imp.UserName, imp.Groups, imp.Extra
 	}
-	path := filepath.Join(l.Dir, "manager.kubeconfig")
 	return path, clientcmd.WriteToFile(*cfg, path)
 }

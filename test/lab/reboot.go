@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 const (
@@ -206,16 +205,7 @@ func RebootAgentImpersonation(node string) rest.ImpersonationConfig {
 // admin credentials impersonating the agent's service account with a token
 // bound to the node.
 func (l *Lab) writeRebootAgentKubeconfig(node string) (string, error) {
-	cfg, err := clientcmd.LoadFromFile(l.Kubeconfig)
-	if err != nil {
-		return "", err
-	}
-	imp := RebootAgentImpersonation(node)
-	for _, a := range cfg.AuthInfos {
-		a.Impersonate, a.ImpersonateGroups, a.ImpersonateUserExtra = imp.UserName, imp.Groups, imp.Extra
-	}
-	path := filepath.Join(l.NodeDir(node), "reboot-agent.kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	return writeImpersonating(l.Kubeconfig, RebootAgentImpersonation(node), filepath.Join(l.NodeDir(node), "reboot-agent.kubeconfig"))
 }
 
 // RebootFor simulates a reboot of the node that keeps it down for downtime:

@@ -137,12 +137,7 @@ func TestDeletedNodeKeepsSlotUntilRebootTimeout(t *testing.T) {
 	}
 	// The controller sees the deletion at once (a node watch); give it
 	// a few reconciles to get it wrong.
-	for range 20 {
-		if _, approved := getNode(t, "deleted-1").Annotations[rebootv1.AnnotationInProgress]; approved {
-			t.Fatal("deleted-1 approved while the deleted deleted-0 may still be rebooting in the only slot")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	notApprovedFor2s(t, "deleted-1", "while the deleted deleted-0 may still be rebooting in the only slot")
 	clock.Advance(31 * time.Second)
 	eventually(t, "deleted-1 approved once deleted-0's reboot timeout passed", func() (bool, error) {
 		_, ok := getNode(t, "deleted-1").Annotations[rebootv1.AnnotationInProgress]
@@ -188,17 +183,24 @@ func TestDeletedGroupsSlotKeepsItsTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	annotate(t, "staysgroup-cp", rebootv1.AnnotationNeeded, "true")
-	for range 20 {
-		if _, approved := getNode(t, "staysgroup-cp").Annotations[rebootv1.AnnotationInProgress]; approved {
-			t.Fatal("a control-plane node approved while a deleted worker may still be rebooting")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	notApprovedFor2s(t, "staysgroup-cp", "while a deleted worker may still be rebooting")
 	clock.Advance(31 * time.Second)
 	eventually(t, "the control-plane node approved once the deleted group's 30 s passed", func() (bool, error) {
 		_, ok := getNode(t, "staysgroup-cp").Annotations[rebootv1.AnnotationInProgress]
 		return ok, nil
 	})
+}
+
+// notApprovedFor2s fails the test if node is approved within two seconds
+// (a few reconciles' chance to get it wrong).
+func notApprovedFor2s(t *testing.T, node, why string) {
+	t.Helper()
+	for range 20 {
+		if _, approved := getNode(t, node).Annotations[rebootv1.AnnotationInProgress]; approved {
+			t.Fatalf("%s approved %s", node, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // A PodDisruptionBudget that allows no disruption blocks the drain: the
