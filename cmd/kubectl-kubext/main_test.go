@@ -149,8 +149,8 @@ func (f fixture) create(ctx context.Context, g Gomega) *ipv1.IP {
 		},
 	}
 	g.Expect(k8s.Status().Update(ctx, ip)).To(Succeed())
-	g.Expect(recordEvent(ctx, ip, corev1.EventTypeNormal, "Assigned",
-		fmt.Sprintf("%s is assigned to pod %s on node %s", f.address, f.pod(0), f.node(0)))).To(Succeed())
+	g.Expect(recordEvent(ctx, ip, corev1.EventTypeNormal, "Attached",
+		fmt.Sprintf("Node %s answers for %s from pool %s, held by pod %s", f.node(0), f.address, pool.Name, f.pod(0)))).To(Succeed())
 	return ip
 }
 
@@ -166,7 +166,7 @@ func recordEvent(ctx context.Context, ip *ipv1.IP, typ, reason, note string) err
 		EventTime:           metav1.NowMicro(),
 		ReportingController: "ip.kubext.io/manager",
 		ReportingInstance:   "manager-test",
-		Action:              "Place",
+		Action:              "Attach",
 		Reason:              reason,
 		Type:                typ,
 		Note:                note,
@@ -221,7 +221,7 @@ func TestListAndExplain(t *testing.T) {
 		"web-n1  alive, renewed",
 		"web-n4  NOT ALIVE: last renewed 60m ago, lease 5s ran out",
 		"Ready\n", // the nodes' condition
-		"Normal  Assigned  192.0.2.10 is assigned to pod shop/web-0 on node web-n1",
+		"Normal  Attached  Node web-n1 answers for 192.0.2.10 from pool web-pool, held by pod shop/web-0",
 	} {
 		g.Expect(out).To(ContainSubstring(want))
 	}

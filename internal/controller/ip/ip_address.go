@@ -114,7 +114,7 @@ func (r *Reconciler) reconcileAddress(ctx context.Context, ip *ipv1.IP) (bool, e
 	}
 	if ip.Status.Address != addr.String() {
 		// The Event comes at the end of the reconcile (toldReservation):
-		// usually the Assigned Event tells it.
+		// usually the Attached Event tells it.
 		allocations.WithLabelValues(pool).Inc()
 	}
 	ip.Status.Address, ip.Status.Pool, ip.Status.Assigned = addr.String(), pool, true
@@ -422,16 +422,17 @@ func (r *Reconciler) releaseForReassign(ctx context.Context, ip *ipv1.IP) (bool,
 
 // toldReservation records an Allocated Event for an address reserved in
 // this reconcile (the IP had none, or another, at its start) that no
-// Assigned Event told: an IP placed in the reconcile that reserved its
-// address gets one Event for both. Events are most of what a converging
-// cluster writes beside the IPs themselves (docs/benchmarks.md, "Static
-// IP at scale"), so a routine step costs one, not two.
+// placement will tell: an IP placed in the reconcile that reserved its
+// address gets one Event for both, Attached, which names the address and
+// its pool. Events are most of what a converging cluster writes beside
+// the IPs themselves (docs/benchmarks.md, "Static IP at scale"), so a
+// routine step costs one, not two.
 func (r *Reconciler) toldReservation(ip *ipv1.IP, hadAddress string, lastMove *metav1.Time) {
 	if ip.Status.Address == "" || ip.Status.Address == hadAddress {
 		return
 	}
 	if m := ip.Status.LastMoveTime; m != nil && (lastMove == nil || !m.Equal(lastMove)) {
-		return // moved: the Assigned Event names the address and its pool
+		return // placed: the Attached Event names the address and its pool
 	}
 	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Allocated", "Allocate", "Reserved %s from pool %s", ip.Status.Address, ip.Status.Pool)
 }

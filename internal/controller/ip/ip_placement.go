@@ -286,7 +286,12 @@ func (r *Reconciler) detach(ctx context.Context, ip *ipv1.IP, why string) (bool,
 	return true, nil
 }
 
-// moved records a change of holder.
+// moved records a change of holder. The pod is told at once (HoldsIP);
+// the IP is told once its new holder answers (attached): a placement and
+// its attachment are one Event on the IP, not two, since Events are a
+// good part of what a converging cluster writes (docs/benchmarks.md,
+// "Static IP at scale"), and until the agent confirms, the IP's Attached
+// condition says where it waits and why.
 func (r *Reconciler) moved(ctx context.Context, ip *ipv1.IP, pod, node string) {
 	if pod == "" {
 		return
@@ -294,7 +299,6 @@ func (r *Reconciler) moved(ctx context.Context, ip *ipv1.IP, pod, node string) {
 	now := r.now()
 	ip.Status.LastMoveTime = &metav1.Time{Time: now}
 	r.moveStarts.start(ip.Name, now)
-	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Assigned", "Place", "%s from pool %s is assigned to pod %s on node %s", ip.Status.Address, ip.Status.Pool, pod, node)
 	if p := r.pod(ctx, pod); p != nil {
 		r.Recorder.Eventf(p, ip, corev1.EventTypeNormal, "HoldsIP", "Place", "This pod holds IP %s (%s) on node %s", ip.Name, ip.Status.Address, node)
 	}
@@ -309,7 +313,8 @@ func (r *Reconciler) attached(ip *ipv1.IP) {
 	if start, ok := r.failoverStarts.done(ip.Name); ok {
 		failoverSeconds.Observe(r.now().Sub(start).Seconds())
 	}
-	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Attached", "Attach", "Node %s answers for %s", ip.Status.Node, ip.Status.Address)
+	r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, "Attached", "Attach", "Node %s answers for %s from pool %s, held by pod %s",
+		ip.Status.Node, ip.Status.Address, ip.Status.Pool, ip.Status.AttachedPod)
 }
 
 // nodeAllowed returns whether the pool's node selector admits a node. A

@@ -49,10 +49,10 @@ func TestWritesPerIPThroughConvergence(t *testing.T) {
 			f.G.Expect(managerWrites.Of(ipam.Name(netip.MustParseAddr(address)))).To(Equal([]string{"create"}), "the manager's writes on the reservation")
 			// The attachment is told, whoever wrote Attached.
 			f.G.Eventually(func() bool { return ipEvent(f.Ctx, name, "Attached") != nil }, testenv.WaitFor).Should(BeTrue(), "the Attached Event")
-			// Events cost writes too: one for the reservation and the
-			// placement together, one for the attachment.
-			f.G.Expect(ipEvents(f.Ctx, name)).To(ConsistOf("Assigned", "Attached"), "the IP's Events")
-			f.G.Expect(ipEvent(f.Ctx, name, "Assigned").Note).To(MatchRegexp(`^%s from pool \S+ is assigned to pod default/\S+ on node \S+$`, regexp.QuoteMeta(address)))
+			// Events cost writes too: one on the IP for the reservation,
+			// the placement and the attachment together.
+			f.G.Expect(ipEvents(f.Ctx, name)).To(ConsistOf("Attached"), "the IP's Events")
+			f.G.Expect(ipEvent(f.Ctx, name, "Attached").Note).To(MatchRegexp(`^Node \S+ answers for %s from pool \S+, held by pod default/\S+$`, regexp.QuoteMeta(address)))
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -383,6 +384,27 @@ func (a *agents) counts() (map[string]int, int) {
 		out[k] = v
 	}
 	return out, a.maxDown
+}
+
+// groupEventReasons lists the reasons of the Events about a RebootGroup.
+func groupEventReasons(t *testing.T, group string) []string {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "RebootGroup" && e.Regarding.Name == group {
+			out = append(out, e.Reason)
+		}
+	}
+	return out
+}
+
+// groupHasEvent says whether the group has an Event with the reason.
+func groupHasEvent(t *testing.T, group, reason string) func() (bool, error) {
+	return func() (bool, error) { return slices.Contains(groupEventReasons(t, group), reason), nil }
 }
 
 // nodeEvents lists the Events about a node (this one, not an earlier node

@@ -234,6 +234,7 @@ func TestWithdrawnRequestUndoesTheApproval(t *testing.T) {
 		return !n.Spec.Unschedulable && n.Annotations[rebootv1.AnnotationNeeded] == "false", nil
 	})
 	eventually(t, "an Event says so", hasEvent(t, "cancel-0", EventCancelled, "withdrawn before the reboot was ordered"))
+	eventually(t, "and on the group", groupHasEvent(t, g.Name, EventCancelled))
 	eventually(t, "the next node rebooted in the freed slot", func() (bool, error) {
 		return protocolDone(getNode(t, "cancel-1")), nil
 	})

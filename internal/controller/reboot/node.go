@@ -363,10 +363,16 @@ func short(bootID string) string {
 }
 
 // event records an Event on the node and, for a group that exists as an
-// object, the same on the group.
+// object, what needs a look (a warning) or was asked by someone (a cancel)
+// on the group too. A node's routine steps (approved, drained, verified)
+// are told on the node only: copied to the group they were three Events
+// per node per rollout, thousands in a large group's `kubectl describe`,
+// where the group's own rollout Events and `kubectl kubext reboot status`
+// tell its progress, and half the writes a rollout cost the API server
+// beside the node patches (docs/benchmarks.md, "1,000 nodes").
 func (r *Reconciler) event(n *corev1.Node, g group, typ, reason, action, format string, args ...any) {
 	r.Recorder.Eventf(n, nil, typ, reason, action, format, args...)
-	if g.object != nil {
+	if g.object != nil && (typ == corev1.EventTypeWarning || reason == EventCancelled) {
 		var related runtime.Object = n
 		r.Recorder.Eventf(g.object, related, typ, reason, action, format, args...)
 	}

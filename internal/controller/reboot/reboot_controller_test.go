@@ -66,6 +66,14 @@ func TestRollingRebootStaysWithinBudget(t *testing.T) {
 	})
 	eventually(t, "the approval Event", hasEvent(t, names[0], EventApproved, "Marking node "+names[0]+" for reboot"))
 	eventually(t, "the verification Event", hasEvent(t, names[0], EventVerified, "verified"))
+	eventually(t, "the group's RolloutComplete Event", groupHasEvent(t, g.Name, EventRolloutComplete))
+	// A node's routine steps are told on the node, not again on the group:
+	// the group's Events are its rollouts'.
+	for _, reason := range groupEventReasons(t, g.Name) {
+		if !strings.HasPrefix(reason, "Rollout") {
+			t.Errorf("the group has a %s Event; want only its rollouts' Events", reason)
+		}
+	}
 }
 
 // Once the rollout is over, reconciles write nothing.
@@ -233,6 +241,7 @@ func TestDrainBlockedByPDB(t *testing.T) {
 	})
 	eventuallyWithin(t, 30*time.Second+waitFor, "the drain timeout named in an Event",
 		hasEvent(t, "pdb-0", EventDrainTimedOut, "PodDisruptionBudget default/zero allows no disruption of pod default/guarded"))
+	eventually(t, "the drain timeout told on the group too", groupHasEvent(t, g.Name, EventDrainTimedOut))
 	n := getNode(t, "pdb-0")
 	if n.Spec.Unschedulable {
 		t.Error("pdb-0 still cordoned after its drain timed out")

@@ -109,8 +109,7 @@ func TestExplain(t *testing.T) {
 			f.pods = []corev1.Pod{pod("web-0", "n1", true), pod("web-1", "n2", true), pod("web-2", "", false),
 				pod("web-3", "n4", true), pod("web-4", "n3", false), deleting}
 			f.events = []eventsv1.Event{
-				event("Normal", "Assigned", "192.0.2.10 from pool lab is assigned to pod default/web-0 on node n1", 10*time.Minute),
-				event("Normal", "Attached", "Node n1 answers for 192.0.2.10", 9*time.Minute),
+				event("Normal", "Attached", "Node n1 answers for 192.0.2.10 from pool lab, held by pod default/web-0", 9*time.Minute),
 			}
 		},
 		want: []string{
@@ -131,7 +130,7 @@ func TestExplain(t *testing.T) {
 			"(lease 5s)  Ready\n  n2 ",
 			"(lease 5s)  Ready\n  n3 ",
 			"The agent on n1 has confirmed the address.",
-			"10m  Normal  Assigned  192.0.2.10 from pool lab is assigned to pod default/web-0 on node n1",
+			"9m   Normal  Attached  Node n1 answers for 192.0.2.10 from pool lab, held by pod default/web-0",
 		},
 		absent: []string{"There is no standby"},
 	}, {
