@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"syscall"
 	"time"
@@ -134,6 +135,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 		return err
 	}
 	fmt.Printf("Manager running (log %s)\n", m.Log)
+	var procs []*lab.Process // the process agents, for their memory
 	if agents == "light" {
 		t0 := time.Now()
 		la, err := startLightAgents(ctx, l, c.Scheme(), downtime)
@@ -144,9 +146,11 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 		fmt.Printf("%d light reboot agents synced in %.1f s (log %s)\n", nodes, time.Since(t0).Seconds(), agentLog.Name())
 	} else {
 		for _, node := range l.Nodes {
-			if _, err := l.StartRebootAgent(ctx, node, l.RebootCommandArgs(node, downtime)...); err != nil {
+			p, err := l.StartRebootAgent(ctx, node, l.RebootCommandArgs(node, downtime)...)
+			if err != nil {
 				return err
 			}
+			procs = append(procs, p)
 		}
 	}
 	fmt.Printf("%d %s reboot agents running; simulated reboot T=%s, soak %s, maxUnavailable %d\n", nodes, agents, downtime, soak, maxUnavailable)
@@ -203,6 +207,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 		fmt.Printf("the controller's own view: %v\n", err)
 	}
 	fmt.Printf("rebooted exactly once: %d of %d; most unavailable at once: %d (budget %d)\n", once, nodes, maxSeen, maxUnavailable)
+	printAgentMemory(procs)
 	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
 		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
 	if once != nodes || len(obs.Violations()) > 0 {
@@ -295,3 +300,20 @@ func printSteps(obs *rebootlab.Observer, nodes []string, downtime, soak time.Dur
 // interrupted ends on SIGINT or SIGTERM, so that an interrupted run still
 // takes its lab down.
 var interrupted, _ = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+
+// printAgentMemory prints the peak resident memory (VmHWM) of the real
+// reboot-agent processes still running at the end (none with light
+// agents), and what it is made of.
+func printAgentMemory(procs []*lab.Process) {
+	var peaks, anon, files []float64
+	for _, p := range procs {
+		if m, running := stats.ReadMemory(p.PID()); running {
+			peaks, anon, files = append(peaks, m.Peak), append(anon, m.Anon), append(files, m.File)
+		}
+	}
+	if len(peaks) == 0 {
+		return
+	}
+	fmt.Printf("reboot-agent processes running (%d): peak RSS p50 %.1f max %.1f MiB; now anonymous (heap, stacks) p50 %.1f MiB, mapped files (the binary) p50 %.1f MiB\n",
+		len(peaks), stats.Percentile(peaks, 50), slices.Max(peaks), stats.Percentile(anon, 50), stats.Percentile(files, 50))
+}

@@ -246,7 +246,7 @@ func run(o options) (err error) {
 	fmt.Printf("%d pods Running and Ready (kwok) after %.1f s\n", o.ips, time.Since(t0).Seconds())
 
 	runtime.GC()
-	rssBefore := rssMiB(os.Getpid())
+	rssBefore := stats.RSSMiB(os.Getpid())
 	agents, err := startLightAgents(ctx, l, scheme, nodes, o.witnessScale)
 	if err != nil {
 		return err
@@ -307,7 +307,7 @@ func run(o options) (err error) {
 			// sees more Ready than the observer) from Ready writes that
 			// did not happen (both agree).
 			fmt.Printf("  %6.1f s: %d of %d Ready (a List sees %d; %d watches opened); manager RSS %.0f MiB\n",
-				time.Since(start).Seconds(), ready, o.ips, listReady(ctx, c), obs.watches(), rssMiB(sup.manager().PID()))
+				time.Since(start).Seconds(), ready, o.ips, listReady(ctx, c), obs.watches(), stats.RSSMiB(sup.manager().PID()))
 			last = time.Now()
 		}
 		return ready == o.ips, nil
@@ -370,7 +370,7 @@ func run(o options) (err error) {
 		fmt.Printf("the manager was started again %d times (it exits when it loses its leader Lease)\n", restarts)
 	}
 	runtime.GC()
-	agentRSS := (rssMiB(os.Getpid()) - rssBefore) / float64(o.nodes)
+	agentRSS := (stats.RSSMiB(os.Getpid()) - rssBefore) / float64(o.nodes)
 	fmt.Printf("manager peak RSS %.0f MiB; light agents: %.2f MiB each (this process's RSS growth / agents), %d Applies\n",
 		managerRSS, agentRSS, agents.applies.Load())
 	fmt.Printf("nodes=%d ips=%d converge_s=%.1f floor_s=%.1f ratio=%.2f claims_per_s=%.0f attach_p99_s=%.3f writes_per_node_s=%.3f manager_rss_mib=%.0f agent_rss_mib=%.2f\n",
@@ -802,24 +802,6 @@ func writesPerIP(a, b map[string]float64, ips int) {
 		(total(b)-total(a))/float64(ips), largestFirst(perIP, 0.1))
 }
 
-// rssMiB and peakRSSMiB read VmRSS and VmHWM of a process from /proc.
-func rssMiB(pid int) float64     { return procStatus(pid, "VmRSS:") }
-func peakRSSMiB(pid int) float64 { return procStatus(pid, "VmHWM:") }
-
-func procStatus(pid int, key string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == key {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
 // freeAddr is a loopback address with a port nothing listens on.
 func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -992,7 +974,7 @@ func (s *supervisor) peak() (float64, int) {
 
 func (s *supervisor) sample() {
 	m := s.manager()
-	if rss := peakRSSMiB(m.PID()); rss > 0 {
+	if rss := stats.PeakRSSMiB(m.PID()); rss > 0 {
 		s.mu.Lock()
 		s.peakMiB = max(s.peakMiB, rss)
 		s.mu.Unlock()
