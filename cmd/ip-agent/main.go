@@ -205,7 +205,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client:        heartbeat.SendOnce(clientset.CoordinationV1()),
+		Client:        heartbeat.SendOnce(clientset.CoordinationV1().RESTClient()),
 		Namespace:     namespace,
 		Component:     ipv1.AgentComponent,
 		Node:          node,

@@ -16,13 +16,13 @@ import (
 	pulsarv1 "github.com/kubext/kubext/api/pulsar/v1"
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	stablev1 "github.com/kubext/kubext/api/stable/v1"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/controller/crontab"
 	ipcontroller "github.com/kubext/kubext/internal/controller/ip"
 	"github.com/kubext/kubext/internal/controller/ippool"
 	"github.com/kubext/kubext/internal/controller/pulsarconsumer"
 	"github.com/kubext/kubext/internal/controller/reboot"
 	rediscontroller "github.com/kubext/kubext/internal/controller/redis"
-	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/redisrepl"
 	"github.com/kubext/kubext/internal/witnesskey"
@@ -90,7 +90,7 @@ func setupIP(ctx context.Context, mgr ctrl.Manager, o *options) error {
 	r := &ipcontroller.Reconciler{
 		Client:          mgr.GetClient(),
 		Recorder:        mgr.GetEventRecorder("ip-controller"),
-		Health:          heartbeat.NewTracker(ipv1.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
+		Health:          agenthealth.NewTracker(ipv1.AgentComponent, o.heartbeatNamespace, mgr.GetAPIReader()),
 		DeleteStalePods: o.ipDeleteStalePods,
 		Workers:         o.ipWorkers,
 	}
@@ -157,7 +157,7 @@ func setupReboot(_ context.Context, mgr ctrl.Manager, o *options) error {
 		LedgerName:      o.rebootLedgerName,
 	}
 	if o.rebootRequireAgent {
-		r.Agents = heartbeat.NewTracker(rebootagent.HeartbeatComponent, o.heartbeatNamespace, mgr.GetAPIReader())
+		r.Agents = agenthealth.NewTracker(rebootagent.HeartbeatComponent, o.heartbeatNamespace, mgr.GetAPIReader())
 	}
 	return r.SetupWithManager(mgr)
 }

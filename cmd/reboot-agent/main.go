@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	if hbNamespace != "" {
 		hb, err := heartbeat.New(heartbeat.Config{
-			Client:        heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1()),
+			Client:        heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient()),
 			Namespace:     hbNamespace,
 			Component:     rebootagent.HeartbeatComponent,
 			Node:          a.Node,

@@ -81,7 +81,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -103,7 +102,7 @@ type Config struct {
 	// Client reaches the API server directly (not through a cache); give
 	// it SendOnce(...), so that a refused request is not tried again
 	// behind the Heartbeat's own pace and backoff.
-	Client coordinationclient.LeasesGetter
+	Client LeasesGetter
 	// Namespace and Component name the Lease: <component>-<node>.
 	Namespace, Component, Node string
 	// Duration is the lease duration written to the Lease (whole seconds,

@@ -83,8 +83,16 @@ func run(t *testing.T, h *Heartbeat) (stop func()) {
 }
 
 func testConfig(client coordinationclient.LeasesGetter) Config {
-	return Config{Client: client, Namespace: testNS, Component: testComponent, Node: testNode}
+	return Config{Client: typedLeases{client}, Namespace: testNS, Component: testComponent, Node: testNode}
 }
+
+// typedLeases is a typed Lease client (a fake clientset's) as a
+// LeasesGetter (heartbeattest.Typed, which this package cannot import).
+type typedLeases struct {
+	c coordinationclient.LeasesGetter
+}
+
+func (t typedLeases) Leases(namespace string) LeaseInterface { return t.c.Leases(namespace) }
 
 func TestNewRefusesBadConfigs(t *testing.T) {
 	client := fake.NewClientset().CoordinationV1()

@@ -53,7 +53,7 @@ func overloadedAPIServer(t *testing.T) (*kubernetes.Clientset, *atomic.Int32) {
 func TestSendOnceDoesNotRetryARefusedWrite(t *testing.T) {
 	g := NewWithT(t)
 	cs, requests := overloadedAPIServer(t)
-	leases := SendOnce(cs.CoordinationV1()).Leases(testNS)
+	leases := SendOnce(cs.CoordinationV1().RESTClient()).Leases(testNS)
 	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 	defer cancel()
 

@@ -89,7 +89,7 @@ func runHeartbeat(t *testing.T, in install, node string, w *leaseWire) (stop fun
 	cfg := agentConfig(in, node)
 	cfg.Wrap(w.wrap)
 	hb, err := heartbeat.New(heartbeat.Config{
-		Client: heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1()), Namespace: agentNamespace,
+		Client: heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient()), Namespace: agentNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 200 * time.Millisecond,
 	})
 	if err != nil {

@@ -67,7 +67,7 @@ func startDeployedAgent(t *testing.T, node string) *deployedAgent {
 	}
 	// The agent's defaults: lease 2 s, renewed every 500 ms.
 	a.hb, err = heartbeat.New(heartbeat.Config{
-		Client: kubernetes.NewForConfigOrDie(cfg).CoordinationV1(), Namespace: agentNamespace,
+		Client: heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient()), Namespace: agentNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
 		OnLost: a.r.Fence, OnRegained: a.r.Regained, Needed: a.duty.Needed,
 	})

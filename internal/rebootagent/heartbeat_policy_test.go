@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/heartbeat/heartbeattest"
 )
 
 // The reboot-agent renews its own heartbeat Lease with its RBAC
@@ -50,7 +51,7 @@ func TestAgentMayOnlyRenewItsOwnHeartbeat(t *testing.T) {
 		"the reboot-agent of node lease-a may write only its own heartbeat Lease kubext-system/reboot-agent-lease-a, held by lease-a, not CREATE Lease kubext-system/reboot-agent-lease-b")))
 
 	// Its own heartbeat, by the agent's heartbeat code.
-	hb, err := heartbeat.New(heartbeat.Config{Client: agent.CoordinationV1(), Namespace: ns, Component: HeartbeatComponent, Node: own,
+	hb, err := heartbeat.New(heartbeat.Config{Client: heartbeattest.Typed(agent.CoordinationV1()), Namespace: ns, Component: HeartbeatComponent, Node: own,
 		Duration: 3 * time.Second, RenewInterval: 200 * time.Millisecond})
 	g.Expect(err).NotTo(HaveOccurred())
 	hbCtx, stop := context.WithCancel(ctx)

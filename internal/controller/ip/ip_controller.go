@@ -35,8 +35,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/eventlog"
-	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/statuspatch"
 )
@@ -49,7 +49,7 @@ type Reconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	// Health says which nodes' agents are alive, from their Leases.
-	Health *heartbeat.Tracker
+	Health *agenthealth.Tracker
 	// DeleteStalePods deletes claiming pods on nodes whose agent is lost
 	// when no standby can take over, so that their controller recreates
 	// them elsewhere without waiting for the taint-based eviction (5 min).

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
-	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/ipam"
 )
 
@@ -155,7 +155,7 @@ var poolChanged = predicate.GenerationChangedPredicate{}
 // heartbeatToIPs maps a node whose agent turned healthy or unhealthy to
 // the IPs placed on it and the IPs claimed by pods running there.
 func (r *Reconciler) heartbeatToIPs(ctx context.Context, o client.Object) []reconcile.Request {
-	reqs := requests(r.ipsOfNode(ctx, heartbeat.NodeOf(o)))
+	reqs := requests(r.ipsOfNode(ctx, agenthealth.NodeOf(o)))
 	// The node may be the witness some hold awaits.
 	for _, name := range r.awaiting.list() {
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})

@@ -10,9 +10,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/cachetrim"
 	"github.com/kubext/kubext/internal/controller/ippool"
-	"github.com/kubext/kubext/internal/heartbeat"
 	awsprov "github.com/kubext/kubext/internal/provider/aws"
 	"github.com/kubext/kubext/internal/provider/aws/ec2double"
 	"github.com/kubext/kubext/test/testenv"
@@ -60,7 +60,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 			return err
 		}
 		reconciler = &Reconciler{Client: testenv.RecordWrites(mgr.GetClient(), managerWrites.Record), Recorder: mgr.GetEventRecorder("ip-controller"),
-			Health: heartbeat.NewTracker(ipv1.AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
+			Health: agenthealth.NewTracker(ipv1.AgentComponent, heartbeatNS, mgr.GetAPIReader()), DeleteStalePods: true,
 			AWS: awsprov.NewWithEC2(ec2d, awsprov.Options{})}
 		if err := reconciler.SetupWithManager(ctx, mgr); err != nil {
 			return err

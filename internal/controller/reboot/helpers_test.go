@@ -23,6 +23,7 @@ import (
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/heartbeat/heartbeattest"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
 	"github.com/kubext/kubext/test/testenv"
@@ -175,7 +176,7 @@ var heartbeats sync.Map
 func startHeartbeat(t *testing.T, node string) {
 	t.Helper()
 	hb, err := heartbeat.New(heartbeat.Config{
-		Client: kube.CoordinationV1(), Namespace: "default", Component: rebootagent.HeartbeatComponent, Node: node,
+		Client: heartbeattest.Typed(kube.CoordinationV1()), Namespace: "default", Component: rebootagent.HeartbeatComponent, Node: node,
 		Duration: 3 * time.Second, RenewInterval: 300 * time.Millisecond,
 	})
 	if err != nil {

@@ -43,7 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
-	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/rebootplan"
 )
 
@@ -92,10 +92,10 @@ type Reconciler struct {
 	// DefaultLedgerName when the name is empty.
 	LedgerNamespace, LedgerName string
 	// Agents tracks the reboot-agents' heartbeat Leases
-	// (heartbeat.NewTracker(rebootagent.HeartbeatComponent, ...)): a node
+	// (agenthealth.NewTracker(rebootagent.HeartbeatComponent, ...)): a node
 	// whose agent it has not seen renew lately is not approved, since
 	// nothing would reboot it once drained. Nil: agents are not checked.
-	Agents *heartbeat.Tracker
+	Agents *agenthealth.Tracker
 
 	drains *drainer
 	// announced is the last wait reason an Event was emitted for, per node,

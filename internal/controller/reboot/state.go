@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/rebootplan"
@@ -38,7 +39,7 @@ type state struct {
 	absent []rebootplan.Absent
 	// agents is the reboot-agents' heartbeat tracker; nil when the
 	// controller does not check them.
-	agents *heartbeat.Tracker
+	agents *agenthealth.Tracker
 	// held are the groups a health gate holds (gates.go).
 	held map[string]rebootplan.Hold
 }

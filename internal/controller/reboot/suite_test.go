@@ -16,7 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
-	"github.com/kubext/kubext/internal/heartbeat"
+	"github.com/kubext/kubext/internal/agenthealth"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -33,7 +33,7 @@ var (
 	// kube is a clientset of the test API server (heartbeat Leases).
 	kube kubernetes.Interface
 	// agentHealth is the controller's view of the agents' heartbeats.
-	agentHealth *heartbeat.Tracker
+	agentHealth *agenthealth.Tracker
 )
 
 type testClock struct {
@@ -73,7 +73,7 @@ func startManager(ctx context.Context, env *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	agentHealth = heartbeat.NewTracker(rebootagent.HeartbeatComponent, "default", mgr.GetAPIReader())
+	agentHealth = agenthealth.NewTracker(rebootagent.HeartbeatComponent, "default", mgr.GetAPIReader())
 	r := &Reconciler{
 		Client:    countingClient{mgr.GetClient()},
 		APIReader: mgr.GetAPIReader(),

@@ -178,7 +178,7 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 	}
 	// As cmd/ip-agent configures it, with its default flags.
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client: heartbeat.SendOnce(cs.CoordinationV1()), Namespace: lab.SystemNamespace,
+		Client: heartbeat.SendOnce(cs.CoordinationV1().RESTClient()), Namespace: lab.SystemNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
 		OnLost: r.LeaseLost, OnRegained: r.Regained,
 		OnRenewed: func() {

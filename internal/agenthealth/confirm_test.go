@@ -1,4 +1,4 @@
-package heartbeat
+package agenthealth
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/kubext/kubext/internal/heartbeat"
 )
 
 // countingAPI is a fake API server that counts the Lease reads made of it
@@ -92,7 +94,7 @@ func TestLostShareOneReadPerNode(t *testing.T) {
 	l := agentLease("n1", clock.Now(), 2)
 	g.Expect(api.Create(ctx, l.DeepCopy())).To(Succeed())
 	tr.Observe(l)
-	clock.Add(3 * time.Second)
+	clock.Step(3 * time.Second)
 
 	api.hold = make(chan struct{})
 	const callers = 50
@@ -139,12 +141,12 @@ func TestLostReadsManyNodesWithOneList(t *testing.T) {
 		}
 		g.Expect(api.Create(ctx, l)).To(Succeed())
 	}
-	clock.Add(3 * time.Second)
+	clock.Step(3 * time.Second)
 	// Half the agents renewed meanwhile; the informer shows none of it.
 	alive := map[string]bool{}
 	for i := 1; i < n; i += 2 {
 		l := &coordinationv1.Lease{}
-		g.Expect(api.Get(ctx, client.ObjectKey{Namespace: testNS, Name: LeaseName(testComponent, nodes[i])}, l)).To(Succeed())
+		g.Expect(api.Get(ctx, client.ObjectKey{Namespace: testNS, Name: heartbeat.LeaseName(testComponent, nodes[i])}, l)).To(Succeed())
 		l.Spec.RenewTime.Time = clock.Now()
 		g.Expect(api.Update(ctx, l)).To(Succeed())
 		alive[nodes[i]] = true
@@ -185,7 +187,7 @@ func TestLostSharedReadFailures(t *testing.T) {
 		nodes = append(nodes, node)
 		tr.Observe(agentLease(node, clock.Now(), 2))
 	}
-	clock.Add(time.Hour)
+	clock.Step(time.Hour)
 	api.hold = make(chan struct{})
 	blocker := askLost(context.Background(), tr, []string{"other"})
 	g.Eventually(tr.waiting).Should(Equal(1))

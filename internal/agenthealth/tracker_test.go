@@ -1,4 +1,4 @@
-package heartbeat
+package agenthealth
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,14 +20,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllertest"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/kubext/kubext/internal/heartbeat"
 )
 
 // agentLease is a heartbeat Lease as an agent writes it, renewed at renew
 // on the agent's clock.
 func agentLease(node string, renew time.Time, seconds int32) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: LeaseName(testComponent, node),
-			Labels: map[string]string{LabelComponent: testComponent}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: heartbeat.LeaseName(testComponent, node),
+			Labels: map[string]string{heartbeat.LabelComponent: testComponent}},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(node),
 			LeaseDurationSeconds: ptr.To(seconds),
@@ -35,13 +38,13 @@ func agentLease(node string, renew time.Time, seconds int32) *coordinationv1.Lea
 	}
 }
 
-func newTestTracker() (*Tracker, *fakeClock) {
+func newTestTracker() (*Tracker, *clocktesting.FakeClock) {
 	return newReadingTracker(fake.NewClientBuilder().Build())
 }
 
 // newReadingTracker is a Tracker whose confirmation reads go to reader.
-func newReadingTracker(reader client.Reader) (*Tracker, *fakeClock) {
-	clock := newFakeClock()
+func newReadingTracker(reader client.Reader) (*Tracker, *clocktesting.FakeClock) {
+	clock := clocktesting.NewFakeClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	tr := NewTracker(testComponent, testNS, reader)
 	tr.now = clock.Now
 	return tr, clock
@@ -78,11 +81,11 @@ func TestTrackerHealthFollowsRenewalsOnItsOwnClock(t *testing.T) {
 	g.Expect(changes(tr)).To(Equal([]string{"n1"}), "turning healthy is a change")
 
 	// Renewed within the duration: healthy, measured from the new sighting.
-	clock.Add(1500 * time.Millisecond)
+	clock.Step(1500 * time.Millisecond)
 	t1 := clock.Now()
 	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
 	g.Expect(tr.LastRenewal("n1")).To(Equal(t1))
-	clock.Add(2*time.Second - time.Nanosecond)
+	clock.Step(2*time.Second - time.Nanosecond)
 	g.Expect(tr.Healthy("n1")).To(BeTrue())
 	g.Expect(changes(tr)).To(BeEmpty(), "staying healthy is no change")
 
@@ -90,7 +93,7 @@ func TestTrackerHealthFollowsRenewalsOnItsOwnClock(t *testing.T) {
 	// renewal.
 	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
 	g.Expect(tr.LastRenewal("n1")).To(Equal(t1))
-	clock.Add(time.Nanosecond)
+	clock.Step(time.Nanosecond)
 	g.Expect(tr.Healthy("n1")).To(BeFalse(), "a full lease duration without a renewal")
 	tr.Observe(agentLease("n1", agentClock.Add(time.Second), 2))
 	g.Expect(tr.Healthy("n1")).To(BeFalse(), "re-observing an unchanged Lease does not revive the node")
@@ -107,10 +110,10 @@ func TestTrackerUsesTheLeaseDuration(t *testing.T) {
 	tr, clock := newTestTracker()
 	tr.Observe(agentLease("long", clock.Now(), 10))
 	tr.Observe(agentLease("unset", clock.Now(), 0)) // counts as 1s
-	clock.Add(time.Second)
+	clock.Step(time.Second)
 	g.Expect(tr.Healthy("unset")).To(BeFalse())
 	g.Expect(tr.Healthy("long")).To(BeTrue())
-	clock.Add(9 * time.Second)
+	clock.Step(9 * time.Second)
 	g.Expect(tr.Healthy("long")).To(BeFalse())
 }
 
@@ -119,7 +122,7 @@ func TestTrackerIgnoresOtherLeases(t *testing.T) {
 	tr, clock := newTestTracker()
 
 	other := agentLease("n1", clock.Now(), 2)
-	other.Labels[LabelComponent] = "another-agent"
+	other.Labels[heartbeat.LabelComponent] = "another-agent"
 	tr.Observe(other)
 	noHolder := agentLease("n2", clock.Now(), 2)
 	noHolder.Spec.HolderIdentity = nil
@@ -151,24 +154,24 @@ func TestTrackerReportsLostNodes(t *testing.T) {
 	tr.Observe(agentLease("n2", clock.Now(), 5))
 	g.Expect(changes(tr)).To(ConsistOf("n1", "n2"))
 
-	clock.Add(2*time.Second - time.Nanosecond)
+	clock.Step(2*time.Second - time.Nanosecond)
 	g.Consistently(func() []string { return changes(tr) }, 300*time.Millisecond, 20*time.Millisecond).Should(BeEmpty())
 
-	clock.Add(time.Nanosecond)
+	clock.Step(time.Nanosecond)
 	var ev event.GenericEvent
 	g.Eventually(tr.Changes(), time.Second).Should(Receive(&ev))
 	g.Expect(NodeOf(ev.Object)).To(Equal("n1"))
-	g.Expect(ev.Object.GetName()).To(Equal(LeaseName(testComponent, "n1")))
+	g.Expect(ev.Object.GetName()).To(Equal(heartbeat.LeaseName(testComponent, "n1")))
 	g.Consistently(func() []string { return changes(tr) }, 300*time.Millisecond, 20*time.Millisecond).Should(BeEmpty(),
 		"a lost node is reported once")
 
 	// Back: a change again; lost again: a change again.
 	tr.Observe(agentLease("n1", clock.Now(), 2))
 	g.Expect(changes(tr)).To(Equal([]string{"n1"}))
-	clock.Add(2 * time.Second)
+	clock.Step(2 * time.Second)
 	g.Eventually(func() []string { return changes(tr) }, time.Second, 20*time.Millisecond).Should(Equal([]string{"n1"}))
 	g.Expect(tr.Healthy("n2")).To(BeTrue(), "n2 is still within its 5s")
-	clock.Add(3 * time.Second)
+	clock.Step(3 * time.Second)
 	g.Eventually(func() []string { return changes(tr) }, time.Second, 20*time.Millisecond).Should(Equal([]string{"n2"}))
 }
 
@@ -200,7 +203,7 @@ func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
 		tr.Observe(agentLease("n1", clock.Now(), 2))
 		// The controller is paused (or its watch is slow) for 3 s; the
 		// agent kept renewing, the informer shows none of it.
-		clock.Add(3 * time.Second)
+		clock.Step(3 * time.Second)
 		g.Expect(tr.Healthy("n1")).To(BeFalse(), "the informer's view is stale")
 		g.Expect(api.Create(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse())
@@ -215,9 +218,9 @@ func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
 		g.Expect(api.Create(ctx, l.DeepCopy())).To(Succeed())
 		tr.Observe(l)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "healthy")
-		clock.Add(2*time.Second - time.Nanosecond)
+		clock.Step(2*time.Second - time.Nanosecond)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "not a full lease duration yet")
-		clock.Add(time.Nanosecond)
+		clock.Step(time.Nanosecond)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeTrue())
 	})
 
@@ -226,9 +229,9 @@ func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
 		api := fake.NewClientBuilder().Build()
 		tr, clock := newReadingTracker(api)
 		tr.Observe(agentLease("n1", clock.Now(), 2))
-		clock.Add(5 * time.Second) // informer silent for long: stale or dead
+		clock.Step(5 * time.Second) // informer silent for long: stale or dead
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "first read finds it missing: unknown")
-		clock.Add(time.Second)
+		clock.Step(time.Second)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "missing for less than a lease duration")
 		// The agent recreates it: alive.
 		g.Expect(api.Create(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
@@ -236,9 +239,9 @@ func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
 		g.Expect(tr.Healthy("n1")).To(BeTrue())
 		// Deleted again, and the agent really is gone this time.
 		g.Expect(api.Delete(ctx, agentLease("n1", clock.Now(), 2))).To(Succeed())
-		clock.Add(2 * time.Second)
+		clock.Step(2 * time.Second)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeFalse(), "first missing read restarts the count")
-		clock.Add(2 * time.Second)
+		clock.Step(2 * time.Second)
 		g.Expect(tr.Lost(ctx, "n1")).To(BeTrue())
 	})
 
@@ -250,7 +253,7 @@ func TestTrackerLostConfirmsFromTheAPIServer(t *testing.T) {
 			}})
 		tr, clock := newReadingTracker(api)
 		tr.Observe(agentLease("n1", clock.Now(), 2))
-		clock.Add(time.Hour)
+		clock.Step(time.Hour)
 		lost, err := tr.Lost(ctx, "n1")
 		g.Expect(err).To(MatchError(ContainSubstring("connection refused")))
 		g.Expect(lost).To(BeFalse())
@@ -295,7 +298,7 @@ func TestTrackerWatch(t *testing.T) {
 	l := agentLease("n1", clock.Now(), 2)
 	inf.Add(l)
 	g.Expect(tr.Healthy("n1")).To(BeTrue())
-	clock.Add(1500 * time.Millisecond)
+	clock.Step(1500 * time.Millisecond)
 	renewed := agentLease("n1", clock.Now(), 2)
 	inf.Update(l, renewed)
 	g.Expect(tr.LastRenewal("n1")).To(Equal(clock.Now()))

@@ -1,4 +1,4 @@
-package heartbeat
+package agenthealth
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubext/kubext/internal/heartbeat"
 )
 
 // Confirmation reads are what Lost asks of the API server, and an IP
@@ -136,7 +138,7 @@ func (t *Tracker) fetch(r *round) {
 	r.leases, r.errs = map[string]*coordinationv1.Lease{}, map[string]error{}
 	if len(r.nodes) >= listAt {
 		list := &coordinationv1.LeaseList{}
-		err := t.reader.List(ctx, list, client.InNamespace(t.namespace), client.MatchingLabels{LabelComponent: t.component})
+		err := t.reader.List(ctx, list, client.InNamespace(t.namespace), client.MatchingLabels{heartbeat.LabelComponent: t.component})
 		if err != nil {
 			for node := range r.nodes {
 				r.errs[node] = fmt.Errorf("listing the heartbeat Leases (for node %s): %w", node, err)
@@ -152,7 +154,7 @@ func (t *Tracker) fetch(r *round) {
 			t.Observe(l)
 		}
 		for node := range r.nodes {
-			if l, ok := byName[LeaseName(t.component, node)]; ok {
+			if l, ok := byName[heartbeat.LeaseName(t.component, node)]; ok {
 				r.leases[node] = l
 			}
 		}
@@ -167,7 +169,7 @@ func (t *Tracker) fetch(r *round) {
 	// read as "not found". Each GET is bounded by ctx.
 	workqueue.ParallelizeUntil(context.WithoutCancel(ctx), getWorkers, len(nodes), func(i int) {
 		l := &coordinationv1.Lease{}
-		err := t.reader.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: LeaseName(t.component, nodes[i])}, l)
+		err := t.reader.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: heartbeat.LeaseName(t.component, nodes[i])}, l)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:

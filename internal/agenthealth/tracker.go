@@ -1,4 +1,8 @@
-package heartbeat
+// Package agenthealth is the controllers' side of the agents' heartbeats
+// (internal/heartbeat renews them on the nodes): which nodes' agents are
+// alive, from the Leases a controller observes, and whether one is lost,
+// confirmed with the API server before anything is taken from its node.
+package agenthealth
 
 import (
 	"context"
@@ -10,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/kubext/kubext/internal/heartbeat"
 )
 
 // Tracker is the controller's side: it watches the agents' Leases and
@@ -91,7 +97,7 @@ func (t *Tracker) LastRenewal(node string) time.Time {
 
 // Observe records a Lease as seen now.
 func (t *Tracker) Observe(l *coordinationv1.Lease) {
-	if l.Labels[LabelComponent] != t.component || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
+	if l.Labels[heartbeat.LabelComponent] != t.component || l.Spec.HolderIdentity == nil || l.Spec.RenewTime == nil {
 		return
 	}
 	node := *l.Spec.HolderIdentity
@@ -232,7 +238,7 @@ func (t *Tracker) Start(ctx context.Context) error {
 		case <-tick.C:
 			for _, node := range t.expire() {
 				l := &coordinationv1.Lease{}
-				l.Name = LeaseName(t.component, node)
+				l.Name = heartbeat.LeaseName(t.component, node)
 				l.Spec.HolderIdentity = &node
 				t.notify(l)
 			}
