@@ -12,25 +12,22 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/internal/version"
 )
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	if err := run(signals.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "reboot-agent:", err)
 		os.Exit(1)
 	}
@@ -69,7 +66,8 @@ func run(ctx context.Context, args []string) error {
 	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", a.Node))
+	log := zap.New(zap.UseFlagOptions(&opts)).WithValues("node", a.Node)
+	ctx = logr.NewContext(ctx, log)
 	if a.Node == "" {
 		return errors.New("--node-name or $NODE_NAME is required")
 	}
@@ -94,58 +92,56 @@ func run(ctx context.Context, args []string) error {
 	if _, err := rebootagent.HostBootTime(); err == nil {
 		a.BootTime = rebootagent.HostBootTime
 	} else {
-		ctrl.Log.Info("The machine's boot time is unknown, so a sentinel file left from before the boot cannot be told apart", "error", err.Error())
+		log.Info("The machine's boot time is unknown, so a sentinel file left from before the boot cannot be told apart", "error", err.Error())
 	}
 
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	scheme, err := rebootagent.Scheme()
+	if err != nil {
+		return err
+	}
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return err
 	}
-	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
+	if err := version.RegisterBuildInfo(agentkube.Registry); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		Cache:                  rebootagent.CacheOptions(a.Node),
-	})
+	c, err := agentkube.New(cfg, scheme)
 	if err != nil {
 		return err
 	}
-	a.Client, a.Cache, a.Recorder = mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("reboot-agent")
+	recorder := c.NewRecorder("reboot-agent", log.WithName("events"))
+	a.Client, a.Recorder = c, recorder
 	if ledgerNamespace != "" {
-		a.Ledger = &rebootagent.Ledger{Reader: mgr.GetAPIReader(), Namespace: ledgerNamespace, Name: ledgerName}
+		a.Ledger = &rebootagent.Ledger{Reader: c, Namespace: ledgerNamespace, Name: ledgerName}
 	}
-	if err := a.SetupWithManager(mgr); err != nil {
-		return err
-	}
+	g, ctx := errgroup.WithContext(ctx)
 	if hbNamespace != "" {
+		leases, err := c.REST(coordinationv1.SchemeGroupVersion)
+		if err != nil {
+			return err
+		}
 		hb, err := heartbeat.New(heartbeat.Config{
-			Client:        heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient()),
+			Client:        heartbeat.SendOnce(leases),
 			Namespace:     hbNamespace,
 			Component:     rebootagent.HeartbeatComponent,
 			Node:          a.Node,
 			Duration:      hbDuration,
 			RenewInterval: hbInterval,
-			Log:           ctrl.Log.WithName("heartbeat"),
+			Log:           log.WithName("heartbeat"),
 		})
 		if err != nil {
 			return err
 		}
-		if err := mgr.Add(hb); err != nil {
-			return err
-		}
+		g.Go(func() error { return hb.Start(ctx) })
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("node-cache", a.Ready); err != nil {
-		return err
-	}
-	ctrl.Log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile,
+	log.Info("Starting reboot-agent", "sentinel", a.SentinelFile, "reboot", a.Rebooter.String(), "bootIDFile", a.BootIDFile,
 		"heartbeatNamespace", hbNamespace, "ledger", ledgerNamespace+"/"+ledgerName)
-	return mgr.Start(ctx)
+	g.Go(func() error { return recorder.Run(ctx) })
+	g.Go(func() error { return agentkube.ServeMetrics(ctx, metricsAddr) })
+	g.Go(func() error {
+		return agentkube.ServeProbes(ctx, probeAddr, agentkube.Check{Name: "node-cache", Check: a.Ready})
+	})
+	g.Go(func() error { return a.Run(ctx) })
+	return g.Wait()
 }

@@ -5,29 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/procfs"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"k8s.io/client-go/tools/cache"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 )
 
 // Defaults of the agent's settings.
@@ -71,16 +68,21 @@ const untracedRetry = 10 * time.Second
 // approvals ledger (api/reboot/v1alpha1, ledger.go), read by name from the
 // API server, never from a cache.
 type Ledger struct {
-	Reader    client.Reader
+	Reader    Reader
 	Namespace string
 	Name      string
+}
+
+// Reader reads an object from the API server (agentkube.Client).
+type Reader interface {
+	Get(ctx context.Context, namespace, name string, obj runtime.Object) error
 }
 
 // approves reports whether the ledger holds the approval node shows, and
 // why not.
 func (l *Ledger) approves(ctx context.Context, node *corev1.Node) (bool, string, error) {
 	cm := &corev1.ConfigMap{}
-	err := l.Reader.Get(ctx, client.ObjectKey{Namespace: l.Namespace, Name: l.Name}, cm)
+	err := l.Reader.Get(ctx, l.Namespace, l.Name, cm)
 	if apierrors.IsNotFound(err) {
 		return false, "there is no ledger", nil
 	}
@@ -101,14 +103,12 @@ func (l *Ledger) approves(ctx context.Context, node *corev1.Node) (bool, string,
 	return true, "", nil
 }
 
-// Agent is the reboot agent of one node. It watches only its own Node
-// (CacheOptions) and acts only once the cache has synced.
+// Agent is the reboot agent of one node. It watches only its own Node and
+// acts only once its informer has synced.
 type Agent struct {
-	// Client reads the Node from the manager's cache and writes to the API
-	// server.
-	Client   client.Client
-	Cache    cache.Cache
-	Recorder events.EventRecorder
+	// Client writes to the API server and watches the Node.
+	Client   *agentkube.Client
+	Recorder agentkube.EventRecorder
 	// Node is the name of the agent's node.
 	Node string
 	// Rebooter reboots the machine.
@@ -139,82 +139,94 @@ type Agent struct {
 	// untraced, so that it is reported once.
 	untracedReported string
 	synced           atomic.Bool
+	// nodes is the informer's store: this node's Node, if it exists.
+	nodes cache.Store
 }
 
-// CacheOptions restricts the manager's cache to the agent's own Node: the
-// agent neither needs nor should see any other.
-func CacheOptions(node string) cache.Options {
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", node)},
-	}}
-}
-
-// SetupWithManager registers the reboot controller of the node and the
-// sentinel watcher with mgr.
-func (a *Agent) SetupWithManager(mgr ctrl.Manager) error {
+// Run runs the agent until ctx ends: it watches its own Node (no other:
+// the agent neither needs nor should see them), reboots the node when
+// ordered, and looks for the sentinel file.
+func (a *Agent) Run(ctx context.Context) error {
 	if a.Rebooter == nil {
 		return errors.New("rebootagent: no way to reboot")
 	}
 	if a.SentinelInterval <= 0 {
 		a.SentinelInterval = DefaultSentinelInterval
 	}
-	if err := mgr.Add(manager.RunnableFunc(a.watchSentinel)); err != nil {
+	inf, err := a.Client.Informer(&corev1.Node{}, "", fields.OneTermEqualSelector("metadata.name", a.Node))
+	if err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("reboot-agent").
-		// Whatever the cache holds, act on this node only: an order on
-		// another node must never reboot this machine.
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetName() == a.Node
-		}))).
-		// One reboot at a time, and the memory of attempts stays simple.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(a)
+	a.nodes = inf.GetStore()
+	// One reboot at a time, and the memory of attempts stays simple.
+	loop := agentkube.NewLoop("reboot-agent", logr.FromContextOrDiscard(ctx))
+	if _, err := inf.AddEventHandler(loop.Handler()); err != nil {
+		return err
+	}
+	go inf.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return nil // stopping
+	}
+	a.synced.Store(true)
+	go a.watchSentinel(ctx)
+	loop.Run(ctx, a.reconcile)
+	return nil
 }
 
-// Ready is a readiness check: the agent is ready once its cache has synced.
-func (a *Agent) Ready(*http.Request) error {
+// Ready is a readiness check: the agent is ready once its informer has
+// synced.
+func (a *Agent) Ready() error {
 	if !a.synced.Load() {
 		return errors.New("the node cache has not synced")
 	}
 	return nil
 }
 
-// Reconcile reboots the node when the controller ordered it for the
-// current boot, once per boot.
-func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	node := &corev1.Node{}
-	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+// node is the agent's Node as the informer last saw it (shared: read it,
+// never change it), or nil.
+func (a *Agent) node() *corev1.Node {
+	o, ok, err := a.nodes.GetByKey(a.Node)
+	if err != nil || !ok {
+		return nil
+	}
+	n, _ := o.(*corev1.Node)
+	return n
+}
+
+// reconcile reboots the node when the controller ordered it for the
+// current boot, once per boot; it returns when to look again.
+func (a *Agent) reconcile(ctx context.Context) (time.Duration, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	node := a.node()
+	if node == nil {
+		return 0, nil
 	}
 	local, err := a.localBootID()
 	if err != nil {
-		return ctrl.Result{}, err
+		return 0, err
 	}
 	order, ok, why := RebootOrder(node, local)
 	if !ok {
 		if _, now := node.Annotations[rebootv1.AnnotationNow]; now {
 			log.V(1).Info("Not rebooting", "why", why)
 		}
-		return ctrl.Result{}, nil
+		return 0, nil
 	}
 	if a.Ledger != nil {
 		traced, why, err := a.Ledger.approves(ctx, node)
 		if err != nil {
-			return ctrl.Result{}, err
+			return 0, err
 		}
 		if !traced {
 			a.reportUntraced(ctx, node, why)
-			return ctrl.Result{RequeueAfter: untracedRetry}, nil
+			return untracedRetry, nil
 		}
 	}
 	a.mu.Lock()
 	run, retryIn := a.tried.due(order.BootID, time.Now())
 	a.mu.Unlock()
 	if !run {
-		return ctrl.Result{RequeueAfter: retryIn}, nil
+		return retryIn, nil
 	}
 
 	log.Info("Rebooting node", "bootID", order.BootID, "with", a.Rebooter.String())
@@ -223,7 +235,7 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 	out, err := a.Rebooter.Reboot(ctx)
 	if ctx.Err() != nil {
 		// Stopping; the command goes on without us.
-		return ctrl.Result{}, nil
+		return 0, nil
 	}
 	a.mu.Lock()
 	retryIn = a.tried.record(order.BootID, err, time.Now())
@@ -232,14 +244,14 @@ func (a *Agent) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, err
 		log.Error(err, "Reboot failed", "with", a.Rebooter.String(), "retryIn", retryIn)
 		a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonRebootCommandFailed, "Reboot",
 			"Reboot by %s failed, retrying in %s: %v", a.Rebooter, retryIn, err)
-		return ctrl.Result{RequeueAfter: retryIn}, nil
+		return retryIn, nil
 	}
 	// On a real machine the agent is stopped by the reboot about now.
 	// Where the command returns after the whole reboot (the lab's simulated
 	// one), the agent carries on as one restarted after the boot would; the
 	// controller verifies.
 	log.Info("Reboot started", "output", out)
-	return ctrl.Result{}, nil
+	return 0, nil
 }
 
 // reportUntraced says once per order that it is not carried out: an order
@@ -250,7 +262,7 @@ func (a *Agent) reportUntraced(ctx context.Context, node *corev1.Node, why strin
 	first := a.untracedReported != key
 	a.untracedReported = key
 	a.mu.Unlock()
-	ctrl.LoggerFrom(ctx).Info("Not rebooting: the order is not in the reboot controller's approvals ledger",
+	logr.FromContextOrDiscard(ctx).Info("Not rebooting: the order is not in the reboot controller's approvals ledger",
 		"ledger", a.Ledger.Namespace+"/"+a.Ledger.Name, "why", why)
 	if first {
 		a.Recorder.Eventf(node, nil, corev1.EventTypeWarning, ReasonUntracedOrder, "Reboot",
@@ -271,29 +283,24 @@ func (a *Agent) localBootID() (string, error) {
 	return strings.TrimSpace(string(data)), nil
 }
 
-// watchSentinel looks for the sentinel file every SentinelInterval, once the
-// cache has synced (deciding from an empty cache would request reboots the
-// node already asked for).
-func (a *Agent) watchSentinel(ctx context.Context) error {
-	if !a.Cache.WaitForCacheSync(ctx) {
-		return nil // stopping
-	}
-	a.synced.Store(true)
+// watchSentinel looks for the sentinel file every SentinelInterval; Run
+// starts it once the informer has synced (deciding from an empty cache
+// would request reboots the node already asked for).
+func (a *Agent) watchSentinel(ctx context.Context) {
 	if a.SentinelFile == "" {
-		return nil
+		return
 	}
 	// Non-sliding: one look every interval, however long a look took (a
 	// request waits for the cache to show it).
 	wait.NonSlidingUntilWithContext(ctx, func(ctx context.Context) {
 		if err := a.checkSentinel(ctx); err != nil && ctx.Err() == nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Checking the sentinel file", "file", a.SentinelFile)
+			logr.FromContextOrDiscard(ctx).Error(err, "Checking the sentinel file", "file", a.SentinelFile)
 		}
 	}, a.SentinelInterval)
-	return nil
 }
 
 func (a *Agent) checkSentinel(ctx context.Context) error {
-	log := ctrl.LoggerFrom(ctx)
+	log := logr.FromContextOrDiscard(ctx)
 	s, err := statSentinel(a.SentinelFile)
 	if err != nil {
 		return err
@@ -301,12 +308,9 @@ func (a *Agent) checkSentinel(ctx context.Context) error {
 	if !s.Present {
 		return nil
 	}
-	node := &corev1.Node{}
-	if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("node %s does not exist", a.Node)
-		}
-		return err
+	node := a.node()
+	if node == nil {
+		return fmt.Errorf("node %s does not exist", a.Node)
 	}
 	var booted time.Time
 	if a.BootTime != nil {
@@ -338,20 +342,15 @@ func (a *Agent) request(ctx context.Context, cached *corev1.Node) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
 	// A fresh object: Patch writes the answer into it, and the cached
 	// one must not change.
-	target := &corev1.Node{}
-	target.Name = a.Node
-	if err := a.Client.Patch(ctx, target, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := a.Client.Patch(ctx, "", a.Node, types.MergePatchType, patch, &corev1.Node{}); err != nil {
 		return fmt.Errorf("asking for a reboot: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Sentinel file present, reboot requested", "file", a.SentinelFile)
+	logr.FromContextOrDiscard(ctx).Info("Sentinel file present, reboot requested", "file", a.SentinelFile)
 	a.Recorder.Eventf(cached, nil, corev1.EventTypeNormal, ReasonRebootRequested, "RequestReboot",
 		"Sentinel file %s present, reboot requested", a.SentinelFile)
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		n := &corev1.Node{}
-		if err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, n); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return rebootv1.Needed(n.Annotations), nil
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		n := a.node()
+		return n != nil && rebootv1.Needed(n.Annotations), nil
 	})
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("the request was sent, but the node cache did not show it within 10s: %w", err)
@@ -390,4 +389,16 @@ func bootTimeFrom(mount string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("no btime in %s/stat", mount)
 	}
 	return time.Unix(int64(st.BootTime), 0), nil
+}
+
+// Scheme has the API types the agent reads and writes: its Node, the
+// ledger's ConfigMap, its heartbeat Lease and its Events.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, eventsv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }

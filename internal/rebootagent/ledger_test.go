@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
@@ -48,9 +47,9 @@ func TestOnlyOrdersInTheLedgerReboot(t *testing.T) {
 		data, _ := os.ReadFile(filepath.Join(machine, "rebooted"))
 		return strings.Count(string(data), "rebooted\n")
 	}
-	rec, err := startAgent(ctx, agentConfig(node), node, testCommand(machine), func(a *Agent, mgr ctrl.Manager) {
+	rec, err := startAgent(ctx, agentConfig(node), node, testCommand(machine), func(a *Agent) {
 		a.SentinelFile = ""
-		a.Ledger = &Ledger{Reader: mgr.GetAPIReader(), Namespace: ns, Name: rebootv1.DefaultLedgerName}
+		a.Ledger = &Ledger{Reader: a.Client, Namespace: ns, Name: rebootv1.DefaultLedgerName}
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 

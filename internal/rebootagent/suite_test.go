@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,13 +19,10 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/test/testenv"
 )
 
@@ -50,7 +48,7 @@ var (
 )
 
 type countingRecorder struct {
-	events.EventRecorder
+	agentkube.EventRecorder
 	mu sync.Mutex
 	n  map[string]int
 }
@@ -97,21 +95,20 @@ func testCommand(dir string) Command {
 // startAgent runs the agent of node with cfg as cmd/reboot-agent wires it,
 // with its sentinel file in dir, until ctx ends; configure, if any, sets
 // what the flags would. It returns the agent's Event recorder.
-func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Rebooter, configure ...func(*Agent, ctrl.Manager)) (*countingRecorder, error) {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   CacheOptions(node),
-		// Several agents run in this process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Rebooter, configure ...func(*Agent)) (*countingRecorder, error) {
+	agentScheme, err := Scheme()
 	if err != nil {
 		return nil, err
 	}
-	recorder := &countingRecorder{EventRecorder: mgr.GetEventRecorder("reboot-agent"), n: map[string]int{}}
+	c, err := agentkube.New(cfg, agentScheme)
+	if err != nil {
+		return nil, err
+	}
+	logger := log.Log.WithName(node)
+	events := c.NewRecorder("reboot-agent", logger)
+	recorder := &countingRecorder{EventRecorder: events, n: map[string]int{}}
 	a := &Agent{
-		Client:           mgr.GetClient(),
-		Cache:            mgr.GetCache(),
+		Client:           c,
 		Recorder:         recorder,
 		Node:             node,
 		Rebooter:         reboot,
@@ -119,13 +116,15 @@ func startAgent(ctx context.Context, cfg *rest.Config, node string, reboot Reboo
 		SentinelInterval: sentinelInterval,
 		BootTime:         HostBootTime,
 	}
-	for _, c := range configure {
-		c(a, mgr)
+	for _, configure := range configure {
+		configure(a)
 	}
-	if err := a.SetupWithManager(mgr); err != nil {
-		return nil, err
-	}
-	testenv.StartManager(ctx, mgr)
+	go func() { _ = events.Run(ctx) }()
+	go func() {
+		if err := a.Run(logr.NewContext(ctx, logger)); err != nil {
+			logger.Error(err, "The agent stopped")
+		}
+	}()
 	return recorder, nil
 }
 

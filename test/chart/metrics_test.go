@@ -1,7 +1,8 @@
 package chart
 
 // The blank imports are the packages whose metrics the rules and dashboard
-// use. They register on controller-runtime's metrics.Registry in init, as
+// use. They register on controller-runtime's metrics.Registry (the manager's,
+// and the ip-agent's) or agentkube.Registry (the reboot-agent's) in init, as
 // they do in the binaries; TestMetricPackagesAreLinked checks the binaries
 // link them.
 import (
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kubext/kubext/internal/agentkube"
 	_ "github.com/kubext/kubext/internal/controller/ip"
 	_ "github.com/kubext/kubext/internal/controller/ippool"
 	_ "github.com/kubext/kubext/internal/controller/reboot"
@@ -34,9 +36,11 @@ var metricPackages = map[string][]string{
 	"github.com/kubext/kubext/internal/controller/reboot": {"./cmd/manager"},
 	"github.com/kubext/kubext/internal/witnessrun":        {"./cmd/ip-agent"},
 	// controller-runtime's own: reconcile, work queue, client and leader
-	// election metrics, in the manager and both agents.
-	"sigs.k8s.io/controller-runtime/pkg/metrics":                     {"./cmd/manager", "./cmd/ip-agent", "./cmd/reboot-agent"},
-	"sigs.k8s.io/controller-runtime/pkg/internal/controller/metrics": {"./cmd/manager", "./cmd/ip-agent", "./cmd/reboot-agent"},
+	// election metrics, in the manager and the ip-agent.
+	"sigs.k8s.io/controller-runtime/pkg/metrics":                     {"./cmd/manager", "./cmd/ip-agent"},
+	"sigs.k8s.io/controller-runtime/pkg/internal/controller/metrics": {"./cmd/manager", "./cmd/ip-agent"},
+	// The reboot-agent's client metrics, without controller-runtime.
+	"github.com/kubext/kubext/internal/agentkube": {"./cmd/reboot-agent"},
 }
 
 // synthetic metrics Prometheus makes itself for every target.
@@ -108,8 +112,9 @@ func TestMetricPackagesAreLinked(t *testing.T) {
 }
 
 // exported tells whether a metric (or a histogram/summary series of one)
-// is registered on controller-runtime's registry: registering a probe of
-// the same name with another help text fails exactly when it is.
+// is registered on controller-runtime's registry or the agents':
+// registering a probe of the same name with another help text fails
+// exactly when it is.
 func exported(name string) bool {
 	if slices.Contains(synthetic, name) {
 		return true
@@ -121,15 +126,17 @@ func exported(name string) bool {
 		}
 	}
 	for _, n := range candidates {
-		probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: n, Help: "kubext test/chart probe"})
-		err := metrics.Registry.Register(probe)
-		if err == nil {
-			metrics.Registry.Unregister(probe)
-			continue
-		}
-		var already prometheus.AlreadyRegisteredError
-		if errors.As(err, &already) || strings.Contains(err.Error(), "previously registered descriptor with the same fully-qualified name") {
-			return true
+		for _, reg := range []*prometheus.Registry{metrics.Registry.(*prometheus.Registry), agentkube.Registry} {
+			probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: n, Help: "kubext test/chart probe"})
+			err := reg.Register(probe)
+			if err == nil {
+				reg.Unregister(probe)
+				continue
+			}
+			var already prometheus.AlreadyRegisteredError
+			if errors.As(err, &already) || strings.Contains(err.Error(), "previously registered descriptor with the same fully-qualified name") {
+				return true
+			}
 		}
 	}
 	return false

@@ -6,14 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/rebootagent"
 	"github.com/kubext/kubext/test/lab"
 )
@@ -38,7 +35,7 @@ func (r labReboot) String() string {
 // lightAgents runs one light agent per node: the reboot-agent's real
 // control code (rebootagent.Agent: its watch on its own Node, the order
 // checks, the ledger check, once-per-boot memory), each with its own
-// manager, cache and client, connected as that node's deployed reboot-agent
+// client, informer and Event recorder, connected as that node's deployed reboot-agent
 // (service account, token bound to the node, RBAC and admission policy
 // enforced), reading the approvals ledger from the API server before each
 // reboot as cmd/reboot-agent does with --reboot-ledger-namespace. Only the
@@ -49,7 +46,7 @@ type lightAgents struct {
 	agents []*rebootagent.Agent
 }
 
-func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, downtime time.Duration) (*lightAgents, error) {
+func startLightAgents(ctx context.Context, l *lab.Lab, downtime time.Duration) (*lightAgents, error) {
 	if err := l.InstallRebootAgent(ctx); err != nil {
 		return nil, err
 	}
@@ -65,7 +62,7 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, d
 		// config.GetConfig gives cmd/reboot-agent.
 		cfg.QPS, cfg.Burst = 20, 30
 		cfg.Impersonate = lab.RebootAgentImpersonation(node)
-		if err := a.start(ctx, cfg, scheme, l, node, downtime); err != nil {
+		if err := a.start(ctx, cfg, l, node, downtime); err != nil {
 			a.stop()
 			return nil, fmt.Errorf("agent of %s: %w", node, err)
 		}
@@ -73,7 +70,7 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, d
 	// Ready as StartRebootAgent waits for it: each cache has synced.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 		for _, ag := range a.agents {
-			if ag.Ready(nil) != nil {
+			if ag.Ready() != nil {
 				return false, nil
 			}
 		}
@@ -86,36 +83,35 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, d
 	return a, nil
 }
 
-func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, l *lab.Lab, node string, downtime time.Duration) error {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  rebootagent.CacheOptions(node),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Every agent runs a controller named reboot-agent, in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, l *lab.Lab, node string, downtime time.Duration) error {
+	scheme, err := rebootagent.Scheme()
 	if err != nil {
 		return err
 	}
+	c, err := agentkube.New(cfg, scheme)
+	if err != nil {
+		return err
+	}
+	events := c.NewRecorder("reboot-agent", logr.Discard())
 	ag := &rebootagent.Agent{
-		Client: mgr.GetClient(), Cache: mgr.GetCache(), Recorder: mgr.GetEventRecorder("reboot-agent"),
+		Client: c, Recorder: events,
 		Node:     node,
 		Rebooter: labReboot{l: l, node: node, downtime: downtime},
 		// The bench marks the nodes itself, as the process agents' bench
 		// does; a simulated node has no kernel, so its boot ID is the
 		// Node's status alone (--boot-id-file=).
 		SentinelFile: "",
-		Ledger:       &rebootagent.Ledger{Reader: mgr.GetAPIReader(), Namespace: lab.SystemNamespace, Name: ledgerName},
-	}
-	if err := ag.SetupWithManager(mgr); err != nil {
-		return err
+		Ledger:       &rebootagent.Ledger{Reader: c, Namespace: lab.SystemNamespace, Name: ledgerName},
 	}
 	a.agents = append(a.agents, ag)
-	a.wg.Add(1)
+	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
-		_ = mgr.Start(ctx)
+		_ = events.Run(ctx)
+	}()
+	go func() {
+		defer a.wg.Done()
+		_ = ag.Run(ctx)
 	}()
 	return nil
 }

@@ -138,7 +138,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	var procs []*lab.Process // the process agents, for their memory
 	if agents == "light" {
 		t0 := time.Now()
-		la, err := startLightAgents(ctx, l, c.Scheme(), downtime)
+		la, err := startLightAgents(ctx, l, downtime)
 		if err != nil {
 			return err
 		}
