@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
@@ -183,9 +184,19 @@ func run(ctx context.Context, args []string) error {
 		Interface: iface,
 		Resync:    resync,
 	}
-	clientset := kubernetes.NewForConfigOrDie(cfg)
+	// The Lease requests are sent once each: the heartbeat and the
+	// witness read-back have paces of their own (heartbeat.SendOnce).
+	lc, err := agentkube.New(cfg, scheme)
+	if err != nil {
+		return err
+	}
+	leaseREST, err := lc.REST(coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return err
+	}
+	leases := heartbeat.SendOnce(leaseREST)
 	if wf.Port != 0 {
-		wit, err = witnessrun.New(ctx, wf, clientset, namespace, node, agent, dp, func() { hb.Wake() }, ctrl.Log)
+		wit, err = witnessrun.New(ctx, wf, leases, namespace, node, agent, dp, func() { hb.Wake() }, ctrl.Log)
 		if err != nil {
 			return err
 		}
@@ -205,7 +216,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client:        heartbeat.SendOnce(clientset.CoordinationV1().RESTClient()),
+		Client:        leases,
 		Namespace:     namespace,
 		Component:     ipv1.AgentComponent,
 		Node:          node,

@@ -8,10 +8,12 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/kubext/kubext/internal/agentkube"
 )
 
 // policyRefusal is the phrase of config/policy/ip-agent.yaml's refusal of
@@ -38,7 +40,11 @@ func checkPolicy(ctx context.Context, cfg *rest.Config, namespace, node string, 
 			"rewrite the status of any IP and any Lease of its namespace")
 		return nil
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	scheme := runtime.NewScheme()
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := agentkube.New(cfg, scheme)
 	if err != nil {
 		return err
 	}
@@ -55,7 +61,7 @@ func checkPolicy(ctx context.Context, cfg *rest.Config, namespace, node string, 
 		"bound to its pod, which the DaemonSet's default token is. Only if the cluster cannot enforce " +
 		"ValidatingAdmissionPolicy, pass --" + policyCheckFlag + " (unsafe: the agent can then rewrite any IP " +
 		"and any Lease of its namespace)"
-	_, err = cs.CoordinationV1().Leases(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	err = c.Create(ctx, probe, metav1.DryRunAll)
 	switch {
 	case err == nil:
 		return fmt.Errorf("refusing to start: the admission policy that confines the ip-agent to its own node is not in force: "+

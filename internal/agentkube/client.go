@@ -126,8 +126,9 @@ func (c *Client) Patch(ctx context.Context, namespace, name string, pt types.Pat
 		Body(data).Do(ctx).Into(obj)
 }
 
-// Create creates obj in its namespace and reads the answer into it.
-func (c *Client) Create(ctx context.Context, obj runtime.Object) error {
+// Create creates obj in its namespace and reads the answer into it;
+// dryRun (metav1.DryRunAll) only asks whether the API server would.
+func (c *Client) Create(ctx context.Context, obj runtime.Object, dryRun ...string) error {
 	rc, res, err := c.resource(obj)
 	if err != nil {
 		return err
@@ -137,7 +138,9 @@ func (c *Client) Create(ctx context.Context, obj runtime.Object) error {
 		return err
 	}
 	ns := m.GetNamespace()
-	return rc.Post().NamespaceIfScoped(ns, ns != "").Resource(res).Body(obj).Do(ctx).Into(obj)
+	return rc.Post().NamespaceIfScoped(ns, ns != "").Resource(res).
+		VersionedParams(&metav1.CreateOptions{DryRun: dryRun}, c.params).
+		Body(obj).Do(ctx).Into(obj)
 }
 
 // ListWatch lists and watches the objects of obj's kind in namespace (""

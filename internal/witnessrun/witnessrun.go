@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
@@ -88,7 +87,7 @@ type Run struct {
 // already moved away from), and opens the peer's socket. It waits for the
 // API server: without its declarations the node must not answer any
 // probe. publish asks the heartbeat to write the Lease (Annotations).
-func New(ctx context.Context, c Config, cs kubernetes.Interface, namespace, node string,
+func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace, node string,
 	agent *ipagent.Reconciler, dp Refresher, publish func(), log logr.Logger) (*Run, error) {
 	if err := c.Timing.Validate(); err != nil {
 		return nil, fmt.Errorf("witness timing: %w", err)
@@ -108,7 +107,7 @@ func New(ctx context.Context, c Config, cs kubernetes.Interface, namespace, node
 	var declared map[string]witness.Gen
 	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
 	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := cs.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
+		l, err := leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			return true, nil

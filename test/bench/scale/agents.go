@@ -159,9 +159,9 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 	}
 	dp := &recorder{kernel: map[netip.Addr]netconf.Assignment{}, fenced: true, applies: &a.applies}
 	r := &ipagent.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-agent"), Node: node, Dataplane: dp}
-	cs := kubernetes.NewForConfigOrDie(cfg)
+	leases := heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient())
 	var hb *heartbeat.Heartbeat
-	wit, err := witnessrun.New(ctx, wc, cs, lab.SystemNamespace, node, r, dp, func() { hb.Wake() }, log)
+	wit, err := witnessrun.New(ctx, wc, leases, lab.SystemNamespace, node, r, dp, func() { hb.Wake() }, log)
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 	}
 	// As cmd/ip-agent configures it, with its default flags.
 	hb, err = heartbeat.New(heartbeat.Config{
-		Client: heartbeat.SendOnce(cs.CoordinationV1().RESTClient()), Namespace: lab.SystemNamespace,
+		Client: leases, Namespace: lab.SystemNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
 		OnLost: r.LeaseLost, OnRegained: r.Regained,
 		OnRenewed: func() {
