@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -33,12 +36,13 @@ const waitFor = 20 * time.Second
 
 var (
 	testCtx context.Context
+	testCfg *rest.Config
 	c       *Client
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) error {
-		testCtx = ctx
+		testCtx, testCfg = ctx, env.Config
 		scheme := runtime.NewScheme()
 		for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme, eventsv1.AddToScheme, ipv1.AddToScheme} {
 			if err := add(scheme); err != nil {
@@ -275,3 +279,41 @@ func TestServe(t *testing.T) {
 		MatchRegexp(`rest_client_requests_total\{code="404",host="[^"]+",method="GET"\} [1-9]`))
 	g.Expect(ServeMetrics(ctx, "0")).To(Succeed(), "0 serves nothing")
 }
+
+// Built-in group versions travel as protobuf, custom resources as JSON.
+func TestContentTypes(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(c.protobuf(corev1.SchemeGroupVersion)).To(BeTrue())
+	g.Expect(c.protobuf(coordinationv1.SchemeGroupVersion)).To(BeTrue())
+	g.Expect(c.protobuf(eventsv1.SchemeGroupVersion)).To(BeTrue())
+	g.Expect(c.protobuf(ipv1.GroupVersion)).To(BeFalse())
+	g.Expect(c.protobuf(schema.GroupVersion{Group: "unknown.example.com", Version: "v1"})).To(BeFalse())
+
+	// What the API server answers in, seen on the wire.
+	var answered sync.Map
+	cfg := rest.CopyConfig(testCfg)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil {
+				answered.Store(r.URL.Path, resp.Header.Get("Content-Type"))
+			}
+			return resp, err
+		})
+	}
+	wire, err := New(cfg, c.Scheme())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(wire.Create(testCtx, node("ct-node"))).To(Succeed())
+	got := &corev1.Node{}
+	g.Expect(wire.Get(testCtx, "", "ct-node", got)).To(Succeed())
+	g.Expect(got.Name).To(Equal("ct-node"), "decoded from protobuf")
+	ct, _ := answered.Load("/api/v1/nodes/ct-node")
+	g.Expect(ct).To(Equal(runtime.ContentTypeProtobuf))
+	g.Expect(wire.Create(testCtx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "ct-ip"}, Spec: ipv1.IPSpec{Pool: "p"}})).To(Succeed())
+	ct, _ = answered.Load("/apis/ip.kubext.io/v1alpha1/ips")
+	g.Expect(ct).To(Equal(runtime.ContentTypeJSON))
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
