@@ -51,13 +51,13 @@ func (l *Loop) Run(ctx context.Context, reconcile func(context.Context) (time.Du
 		<-ctx.Done()
 		l.queue.ShutDown()
 	}()
-	ctx = logr.NewContext(ctx, l.log)
+	pctx := logr.NewContext(ctx, l.log)
 	for {
 		key, quit := l.queue.Get()
 		if quit {
 			return
 		}
-		after, err := l.pass(ctx, reconcile)
+		after, err := l.pass(pctx, reconcile)
 		switch {
 		case ctx.Err() != nil:
 		case err != nil:
