@@ -8,22 +8,17 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/manager/signals"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/agentkube"
@@ -45,7 +40,7 @@ const expiryMargin = 500 * time.Millisecond
 const minLeaseDuration = 2 * time.Second
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	if err := run(signals.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "ip-agent:", err)
 		os.Exit(1)
 	}
@@ -78,7 +73,8 @@ func run(ctx context.Context, args []string) error {
 	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
 	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node))
+	log := zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node)
+	ctx = logr.NewContext(ctx, log)
 	if node == "" {
 		return errors.New("--node-name or $NODE_NAME is required")
 	}
@@ -106,9 +102,10 @@ func run(ctx context.Context, args []string) error {
 		exclude = append(exclude, p)
 	}
 
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(ipv1.AddToScheme(scheme))
+	scheme, err := ipagent.Scheme()
+	if err != nil {
+		return err
+	}
 	cfg, err := config.GetConfig()
 	if err != nil {
 		return err
@@ -116,20 +113,14 @@ func run(ctx context.Context, args []string) error {
 	if err := checkPolicy(ctx, cfg, namespace, node, *skipPolicyCheck); err != nil {
 		return err
 	}
-	if err := version.RegisterBuildInfo(metrics.Registry); err != nil {
+	if err := version.RegisterBuildInfo(agentkube.Registry); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		// Only this node's pods and Node, and the IPPools; the IPs that
-		// name this node have caches of their own (SetupWithManager).
-		Cache: ipagent.CacheOptions(node),
-	})
+	c, err := agentkube.New(cfg, scheme)
 	if err != nil {
 		return err
 	}
+	recorder := c.NewRecorder("ip-agent", log.WithName("events"))
 	// The kernel drops the addresses and their NAT entries by itself unless
 	// refreshed: the backstop for an agent killed or frozen before it could
 	// fence. No lifetime written ends later than the last renewal's start
@@ -164,7 +155,7 @@ func run(ctx context.Context, args []string) error {
 			}
 			return agent.HoldDeadline(leaseEnd, 0)
 		},
-		Log: ctrl.Log.WithName("netconf"),
+		Log: log.WithName("netconf"),
 	})
 	if err != nil {
 		return err
@@ -177,41 +168,37 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("removing what a previous run programmed: %w", err)
 	}
 	agent = &ipagent.Reconciler{
-		Client:    mgr.GetClient(),
-		Recorder:  mgr.GetEventRecorder("ip-agent"),
+		Client:    c,
+		Recorder:  recorder,
+		Log:       log.WithName("ip-agent"),
 		Node:      node,
 		Dataplane: dp,
 		Interface: iface,
 		Resync:    resync,
 	}
-	// The Lease requests are sent once each: the heartbeat and the
-	// witness read-back have paces of their own (heartbeat.SendOnce).
-	lc, err := agentkube.New(cfg, scheme)
-	if err != nil {
+	if err := agent.Setup(); err != nil {
 		return err
 	}
-	leaseREST, err := lc.REST(coordinationv1.SchemeGroupVersion)
+	// The Lease requests are sent once each: the heartbeat and the
+	// witness read-back have paces of their own (heartbeat.SendOnce).
+	leaseREST, err := c.REST(coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		return err
 	}
 	leases := heartbeat.SendOnce(leaseREST)
+	g, ctx := errgroup.WithContext(ctx)
 	if wf.Port != 0 {
-		wit, err = witnessrun.New(ctx, wf, leases, namespace, node, agent, dp, func() { hb.Wake() }, ctrl.Log)
+		wit, err = witnessrun.New(ctx, wf, leases, namespace, node, agent, dp, func() { hb.Wake() }, log)
 		if err != nil {
 			return err
 		}
-		agent.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wf.Port), Nodes: mgr.GetAPIReader()}
-		if err := mgr.Add(wit); err != nil {
-			return err
-		}
-	}
-	if err := agent.SetupWithManager(mgr); err != nil {
-		return err
+		agent.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wf.Port), Nodes: c}
+		g.Go(func() error { return wit.Start(ctx) })
 	}
 	// A node that no pool selects and no IP names renews nothing; when
 	// that changes it renews at once, so that the controller can place
 	// IPs here.
-	duty, err := agent.NewDuty(mgr, func() { hb.Wake() })
+	duty, err := agent.NewDuty(func() { hb.Wake() })
 	if err != nil {
 		return err
 	}
@@ -232,7 +219,7 @@ func run(ctx context.Context, args []string) error {
 				// for this renewal: put it back now.
 				agent.Poke()
 			case err != nil && !errors.Is(err, netconf.ErrFenced):
-				ctrl.Log.Error(err, "Refreshing the lifetime of the node's static IPs")
+				log.Error(err, "Refreshing the lifetime of the node's static IPs")
 			}
 		},
 		Needed:      duty.Needed,
@@ -242,29 +229,30 @@ func run(ctx context.Context, args []string) error {
 		Idle:              wit.Idle(agent, duty),
 		IdleDuration:      wf.IdleLease,
 		IdleRenewInterval: wf.IdleRenew,
-		Log:               ctrl.Log.WithName("heartbeat"),
+		Log:               log.WithName("heartbeat"),
 	})
 	if err != nil {
 		return err
 	}
 	agent.Lease = hb
-	if err := mgr.Add(hb); err != nil {
-		return err
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("heartbeat", func(*http.Request) error {
-		// A node with nothing to do holds nothing, and is ready.
-		if !hb.Held() && duty.Needed() {
-			return errors.New("heartbeat lease not held")
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	ctrl.Log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipv1.AgentComponent, node), "leaseDuration", leaseDuration)
-	err = mgr.Start(ctx)
+	log.Info("Starting ip-agent", "lease", heartbeat.LeaseName(ipv1.AgentComponent, node), "leaseDuration", leaseDuration)
+	g.Go(func() error { return hb.Start(ctx) })
+	g.Go(func() error { return duty.Start(ctx) })
+	g.Go(func() error { return recorder.Run(ctx) })
+	g.Go(func() error { return agentkube.ServeMetrics(ctx, metricsAddr) })
+	g.Go(func() error {
+		return agentkube.ServeProbes(ctx, probeAddr,
+			agentkube.Check{Name: "informers", Check: agent.Ready},
+			agentkube.Check{Name: "heartbeat", Check: func() error {
+				// A node with nothing to do holds nothing, and is ready.
+				if !hb.Held() && duty.Needed() {
+					return errors.New("heartbeat lease not held")
+				}
+				return nil
+			}})
+	})
+	g.Go(func() error { return agent.Run(ctx) })
+	err = g.Wait()
 	// Leaving: remove what this node programmed so nothing answers for an
 	// IP without an agent behind it. Fence rather than flush: a refresh
 	// still under way must not put anything back.

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubext/kubext/internal/agentkube"
 )
@@ -35,7 +35,7 @@ const policyCheckFlag = "unsafe-skip-policy-check"
 // the policy refuses. With skip (--unsafe-skip-policy-check) it only warns.
 func checkPolicy(ctx context.Context, cfg *rest.Config, namespace, node string, skip bool) error {
 	if skip {
-		ctrl.Log.Info("WARNING: --" + policyCheckFlag + " is set: not checking that the admission policy " +
+		logr.FromContextOrDiscard(ctx).Info("WARNING: --" + policyCheckFlag + " is set: not checking that the admission policy " +
 			"config/policy/ip-agent.yaml confines this agent to its own node; without it the agent's RBAC lets it " +
 			"rewrite the status of any IP and any Lease of its namespace")
 		return nil

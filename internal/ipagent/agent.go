@@ -34,6 +34,7 @@ package ipagent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -42,20 +43,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
+	"k8s.io/client-go/tools/cache"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/internal/netconf"
 )
@@ -80,13 +80,21 @@ type Dataplane interface {
 // Lease tells whether the agent still holds its heartbeat Lease.
 type Lease interface{ Held() bool }
 
+// Client is the agent's access to the API server: agentkube.Client.
+type Client interface {
+	Informer(obj runtime.Object, namespace string, fieldSelector fields.Selector) (cache.SharedIndexInformer, error)
+	Get(ctx context.Context, namespace, name string, obj runtime.Object) error
+	Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, obj runtime.Object, subresource ...string) error
+}
+
 // Reconciler converges the node on the IPs placed on it. Every event leads
 // to one reconcile of the whole node: the set of IPs on one node is small,
 // and computing it whole is what makes the result correct after restarts
 // and drift.
 type Reconciler struct {
-	client.Client
-	Recorder  events.EventRecorder
+	Client    Client
+	Recorder  agentkube.EventRecorder
+	Log       logr.Logger
 	Node      string
 	Dataplane Dataplane
 	Lease     Lease
@@ -95,7 +103,16 @@ type Reconciler struct {
 	// Resync re-checks the kernel for drift this often.
 	Resync time.Duration
 
-	trigger chan event.GenericEvent
+	// loop runs the passes; the informers are what they read (Setup):
+	// the IPs that name this node (ips), the pods of this node, this
+	// Node and the IPPools (for Duty). synced: all have listed.
+	loop          *agentkube.Loop
+	ips           *nodeIPs
+	pods          cache.SharedIndexInformer
+	nodes, pools  cache.SharedIndexInformer
+	synced        atomic.Bool
+	startWatching sync.Once
+
 	// mu makes "check the Lease, register the cancel of this pass's Apply"
 	// one step as seen by Fence: either Fence comes first, and the pass
 	// sees the Lease lapsed, or it comes after and cancels the Apply. It
@@ -105,9 +122,6 @@ type Reconciler struct {
 	// warned are the hostNetwork holders already reported, by IP and pod
 	// UID, so that each gets one Event rather than one per resync.
 	warned sync.Map
-	// ips are the IPs that name this node (see SetupWithManager).
-	ips *nodeIPs
-
 	// Witness, when set, holds the IPs of Witness pools on the witnesses'
 	// word (witness.go); nil: every hold is on the heartbeat Lease.
 	Witness *WitnessConfig
@@ -131,16 +145,13 @@ type Reconciler struct {
 	conditionsRefused atomic.Int64
 }
 
-// Reconcile converges the node.
-func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	list := &ipv1.IPList{}
-	if err := r.List(ctx, list); err != nil {
-		return ctrl.Result{}, err
-	}
-	ips := make([]*ipv1.IP, 0, len(list.Items))
-	for i := range list.Items {
-		ips = append(ips, list.Items[i].DeepCopy())
+// reconcile converges the node; it returns when to look again.
+func (r *Reconciler) reconcile(ctx context.Context) (time.Duration, error) {
+	log := r.log()
+	stored := r.ips.list()
+	ips := make([]*ipv1.IP, 0, len(stored))
+	for _, ip := range stored {
+		ips = append(ips, ip.DeepCopy())
 	}
 	applyCtx, held, done := r.startPass(ctx)
 	defer done()
@@ -152,19 +163,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.reportFailures(ips, desired, report)
 	programmed, err := r.Dataplane.Current()
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading back what is programmed: %w", err)
+		return 0, fmt.Errorf("reading back what is programmed: %w", err)
 	}
 	if err := r.report(ctx, ips, desired, pending, programmed); err != nil {
-		return ctrl.Result{}, err
+		return 0, err
 	}
 	if claimErr != nil {
-		return ctrl.Result{}, claimErr
+		return 0, claimErr
 	}
 	if r.Witness != nil && r.waitingForWitnesses(ips) {
-		return ctrl.Result{RequeueAfter: min(r.Resync, r.Witness.fallbackAfter()/4)}, nil
+		return min(r.Resync, r.Witness.fallbackAfter()/4), nil
 	}
-	return ctrl.Result{RequeueAfter: r.Resync}, nil
+	return r.Resync, nil
 }
+
+// log is the agent's logger, with its node.
+func (r *Reconciler) log() logr.Logger { return r.Log.WithValues("node", r.Node) }
 
 // startPass reads the Lease and registers the cancel of this pass's Apply
 // under mu (see there). done unregisters it.
@@ -217,7 +231,7 @@ func (r *Reconciler) Fence() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Dataplane.Fence(ctx); err != nil {
-		ctrl.Log.WithName("ip-agent").Error(err, "Fencing: removing the node's static IPs failed")
+		r.log().Error(err, "Fencing: removing the node's static IPs failed")
 	}
 	r.poke()
 }
@@ -235,45 +249,98 @@ func (r *Reconciler) Poke() { r.poke() }
 
 // poke asks for a reconcile (after a conflict, or when the Lease changes).
 func (r *Reconciler) poke() {
-	select {
-	case r.trigger <- event.GenericEvent{Object: &ipv1.IP{}}:
-	default:
+	if r.loop != nil {
+		r.loop.Trigger()
 	}
 }
 
-// SetupWithManager registers the agent's reconciler: IPs and this node's
-// pods all lead to one request for the node. The agent sees only the IPs
-// that name its node (nodeIPs) and, with the cache options of
-// CacheOptions, only its node's pods.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	r.trigger = make(chan event.GenericEvent, 1)
+// Setup makes the agent's informers and its work loop; Run runs them.
+// IPs, this node's pods and this Node all lead to one pass over the node.
+// The agent sees only the IPs that name its node (nodeIPs), only its
+// node's pods, its own Node and the IPPools.
+func (r *Reconciler) Setup() error {
 	if r.Resync == 0 {
 		r.Resync = 10 * time.Second
 	}
-	ips, err := newNodeIPs(mgr, r.Node)
-	if err != nil {
+	var err error
+	if r.ips, err = newNodeIPs(r.Client, r.Node); err != nil {
 		return err
 	}
-	r.ips = ips
-	r.Client = nodeIPsClient{Client: r.Client, ips: ips}
-	node := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.Node}}}
-	})
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("ip-agent").
-		Watches(&corev1.Pod{}, node).
-		WatchesRawSource(source.Channel(r.trigger, node)).
-		// Every agent works on its own node: no leader election.
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)})
-	for _, s := range ips.sources(node) {
-		b = b.WatchesRawSource(s)
+	if r.pods, err = r.Client.Informer(&corev1.Pod{}, "", fields.OneTermEqualSelector("spec.nodeName", r.Node)); err != nil {
+		return err
 	}
-	return b.Complete(r)
+	if r.nodes, err = r.Client.Informer(&corev1.Node{}, "", fields.OneTermEqualSelector("metadata.name", r.Node)); err != nil {
+		return err
+	}
+	if r.pools, err = r.Client.Informer(&ipv1.IPPool{}, "", nil); err != nil {
+		return err
+	}
+	r.loop = agentkube.NewLoop("ip-agent", r.log())
+	for _, inf := range []cache.SharedIndexInformer{r.ips.placed, r.ips.attached, r.pods} {
+		if _, err := inf.AddEventHandler(r.loop.Handler()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run runs the informers and, once they have synced, the passes, until
+// ctx ends. Every agent works on its own node: there is no leader
+// election.
+func (r *Reconciler) Run(ctx context.Context) error {
+	if r.loop == nil {
+		return errors.New("ip-agent: Run before Setup")
+	}
+	if !r.watch(ctx) {
+		return nil // stopping
+	}
+	r.loop.Trigger()
+	r.loop.Run(ctx, r.reconcile)
+	return nil
+}
+
+// watch runs the informers until ctx ends, once, and waits for them to
+// sync; false if ctx ended first.
+func (r *Reconciler) watch(ctx context.Context) bool {
+	all := []cache.SharedIndexInformer{r.ips.placed, r.ips.attached, r.pods, r.nodes, r.pools}
+	r.startWatching.Do(func() {
+		for _, inf := range all {
+			go inf.RunWithContext(ctx)
+		}
+	})
+	synced := make([]cache.InformerSynced, len(all))
+	for i, inf := range all {
+		synced[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return false
+	}
+	r.synced.Store(true)
+	return true
+}
+
+// Ready is a readiness check: the informers have synced.
+func (r *Reconciler) Ready() error {
+	if !r.synced.Load() {
+		return errors.New("the agent's informers have not synced")
+	}
+	return nil
+}
+
+// pod is the pod namespace/name of this node as the informer has it (read
+// it, never change it), or nil.
+func (r *Reconciler) pod(namespace, name string) *corev1.Pod {
+	o, ok, err := r.pods.GetStore().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	p, _ := o.(*corev1.Pod)
+	return p
 }
 
 // assignment is what the node must program for an IP, if anything: its
 // holder pod runs here, with an address, and not on the host network.
-func (r *Reconciler) assignment(ctx context.Context, ip *ipv1.IP) (netconf.Assignment, bool) {
+func (r *Reconciler) assignment(ip *ipv1.IP) (netconf.Assignment, bool) {
 	addr, err := netip.ParseAddr(ip.Status.Address)
 	if err != nil {
 		return netconf.Assignment{}, false
@@ -282,12 +349,12 @@ func (r *Reconciler) assignment(ctx context.Context, ip *ipv1.IP) (netconf.Assig
 	if !ok {
 		return netconf.Assignment{}, false
 	}
-	pod := &corev1.Pod{}
-	if err := r.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, pod); err != nil || pod.Spec.NodeName != r.Node {
+	pod := r.pod(ns, name)
+	if pod == nil || pod.Spec.NodeName != r.Node {
 		return netconf.Assignment{}, false
 	}
 	if pod.Spec.HostNetwork {
-		r.warnHostNetwork(ctx, ip, pod)
+		r.warnHostNetwork(ip, pod)
 		return netconf.Assignment{}, false
 	}
 	podIP, err := podAddr(pod, addr.Is4())
@@ -301,11 +368,11 @@ func (r *Reconciler) assignment(ctx context.Context, ip *ipv1.IP) (netconf.Assig
 // network is not attached: its address is the node's, so translating it
 // would send all of the node's traffic as the static IP. The controller
 // refuses such holders too; this is the node's own check.
-func (r *Reconciler) warnHostNetwork(ctx context.Context, ip *ipv1.IP, pod *corev1.Pod) {
+func (r *Reconciler) warnHostNetwork(ip *ipv1.IP, pod *corev1.Pod) {
 	if _, seen := r.warned.LoadOrStore(string(ip.UID)+"/"+string(pod.UID), true); seen {
 		return
 	}
-	ctrl.LoggerFrom(ctx).Info("Not attaching to a pod on the host network", "ip", ip.Name, "pod", ip.Status.Pod)
+	r.log().Info("Not attaching to a pod on the host network", "ip", ip.Name, "pod", ip.Status.Pod)
 	r.Recorder.Eventf(ip, pod, corev1.EventTypeWarning, "HostNetworkPod", "Attach",
 		"Node %s will not attach %s to pod %s: the pod uses the host network, so the node's own traffic would leave as %s",
 		r.Node, ip.Status.Address, ip.Status.Pod, ip.Status.Address)
@@ -347,7 +414,7 @@ func (r *Reconciler) confirm(ctx context.Context, ip *ipv1.IP, gen int64) error 
 		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			return err
 		}
-		ctrl.LoggerFrom(ctx).Info("The admission policy refuses the agent's Attached and Ready conditions; reporting without them (the manager writes them)",
+		r.log().Info("The admission policy refuses the agent's Attached and Ready conditions; reporting without them (the manager writes them)",
 			"ip", ip.Name, "error", err.Error())
 		r.conditionsRefused.Store(time.Now().UnixNano())
 	}
@@ -361,7 +428,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	if confirmed {
 		ipcond.Confirm(changed)
 	}
-	err := r.Status().Patch(ctx, changed, client.MergeFromWithOptions(ip, client.MergeFromWithOptimisticLock{}))
+	patch, err := optimisticMergePatch(ip, changed)
+	if err != nil {
+		return false, err
+	}
+	err = r.Client.Patch(ctx, "", ip.Name, types.MergePatchType, patch, changed, "status")
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		r.poke()
 		return false, nil
@@ -369,8 +440,45 @@ func (r *Reconciler) writeStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	if err != nil {
 		return false, fmt.Errorf("reporting IP %s attached to node %q pod %q: %w", ip.Name, node, pod, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen,
+	r.log().Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen,
 		"conditions", confirmed)
 	*ip = *changed
 	return true, nil
+}
+
+// optimisticMergePatch is the JSON merge patch from old to changed, valid
+// only on the version old was read at: it carries old's resourceVersion,
+// and the API server refuses it with a conflict if the object has changed
+// since.
+func optimisticMergePatch(old, changed *ipv1.IP) ([]byte, error) {
+	from, err := json.Marshal(old)
+	if err != nil {
+		return nil, err
+	}
+	to, err := json.Marshal(changed)
+	if err != nil {
+		return nil, err
+	}
+	patch, err := jsonpatch.CreateMergePatch(from, to)
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(patch, &fields); err != nil {
+		return nil, err
+	}
+	fields["metadata"] = map[string]any{"resourceVersion": old.ResourceVersion}
+	return json.Marshal(fields)
+}
+
+// Scheme is the API types the agent reads and writes: IPs and IPPools,
+// Pods and Nodes, its heartbeat Lease and the Events it records.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{ipv1.AddToScheme, corev1.AddToScheme, coordinationv1.AddToScheme, eventsv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }

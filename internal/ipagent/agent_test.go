@@ -322,8 +322,8 @@ func TestClaimsAndConfirmsManyIPsTogether(t *testing.T) {
 	}
 	f.G.Eventually(func(g Gomega) {
 		for _, name := range names {
-			ip := &ipv1.IP{}
-			g.Expect(agent.Get(f.Ctx, client.ObjectKey{Name: name}, ip)).To(Succeed(), "in the agent's cache")
+			ip := agentHas(name)
+			g.Expect(ip).NotTo(BeNil(), "in the agent's informers")
 			g.Expect(ip.Status.Node).To(Equal(thisNode))
 		}
 	}, testenv.WaitFor).Should(Succeed())

@@ -4,37 +4,15 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	toolscache "k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/client-go/tools/cache"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 )
-
-// CacheOptions is what the agent of node caches besides its IPs (see
-// nodeIPs): the pods of its node (the holders it forwards to), its own
-// Node (its labels, for Duty) and the IPPools (their nodeSelectors), all
-// without managedFields, which the agent never reads.
-func CacheOptions(node string) cache.Options {
-	return cache.Options{
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:  {Field: fields.OneTermEqualSelector("spec.nodeName", node)},
-			&corev1.Node{}: {Field: fields.OneTermEqualSelector("metadata.name", node)},
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	}
-}
-
-// dutyRecheck is the backstop of Duty's event-driven view.
-const dutyRecheck = 10 * time.Second
 
 // Duty tells whether the node has anything to do with static IPs: some
 // IPPool's nodeSelector selects it (it may be asked to hold one of the
@@ -50,13 +28,16 @@ const dutyRecheck = 10 * time.Second
 // docs/design/static-ip-safety.md does not depend on why renewals stop.
 //
 // Needed never blocks: the heartbeat asks it on the loop that also fences.
-// It is computed on Duty's own goroutine from the caches, at every change
-// of the IPPools, the node or its IPs, and every dutyRecheck.
+// It is computed on Duty's own goroutine from the agent's informers, at
+// every change of the IPPools, the node or its IPs.
 type Duty struct {
 	node    string
-	reader  client.Reader
-	cache   cache.Cache
+	pools   cache.Store
+	nodes   cache.Store
 	ips     *nodeIPs
+	synced  func() bool
+	watched []cache.SharedIndexInformer
+	log     logr.Logger
 	needed  atomic.Bool
 	checked atomic.Bool
 	// leasePools: some pool with Lease failover selects the node.
@@ -67,19 +48,30 @@ type Duty struct {
 	changed func()
 }
 
-// NewDuty watches, through mgr's cache (set up with CacheOptions), what
-// makes the node of r needed. r must be set up (SetupWithManager) first.
-// onNeeded, if set, is called each time the node turns needed.
-func (r *Reconciler) NewDuty(mgr ctrl.Manager, onNeeded func()) (*Duty, error) {
+// NewDuty watches, through the informers of r (Setup), what makes the
+// node of r needed; Start runs it. onNeeded, if set, is called each time
+// the node turns needed.
+func (r *Reconciler) NewDuty(onNeeded func()) (*Duty, error) {
 	if r.ips == nil {
-		return nil, fmt.Errorf("ip-agent: NewDuty before SetupWithManager")
+		return nil, fmt.Errorf("ip-agent: NewDuty before Setup")
 	}
-	d := &Duty{node: r.Node, reader: mgr.GetCache(), cache: mgr.GetCache(), ips: r.ips,
-		wake: make(chan struct{}, 1), changed: onNeeded}
+	d := &Duty{node: r.Node, pools: r.pools.GetStore(), nodes: r.nodes.GetStore(), ips: r.ips,
+		synced: r.synced.Load, watched: []cache.SharedIndexInformer{r.pools, r.nodes, r.ips.placed, r.ips.attached},
+		log: r.log().WithName("duty"), wake: make(chan struct{}, 1), changed: onNeeded}
 	if d.changed == nil {
 		d.changed = func() {}
 	}
-	return d, mgr.Add(d)
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { d.poke() },
+		UpdateFunc: func(any, any) { d.poke() },
+		DeleteFunc: func(any) { d.poke() },
+	}
+	for _, inf := range d.watched {
+		if _, err := inf.AddEventHandler(poke); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Needed reports whether the node's agent must renew its heartbeat, as of
@@ -91,42 +83,18 @@ func (d *Duty) Needed() bool { return d.needed.Load() }
 // node that may be asked to hold an IP on its Lease must keep it fresh.
 func (d *Duty) OnlyWitnessPools() bool { return d.checked.Load() && !d.leasePools.Load() }
 
-// NeedLeaderElection is false: every agent decides for its own node.
-func (d *Duty) NeedLeaderElection() bool { return false }
-
-// Start keeps Needed up to date until ctx ends.
+// Start keeps Needed up to date until ctx ends. It checks only once the
+// agent's informers have synced (Needed is false until then): an
+// informer that has not listed yet says nothing about what is absent.
 func (d *Duty) Start(ctx context.Context) error {
-	poke := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { d.poke() },
-		UpdateFunc: func(any, any) { d.poke() },
-		DeleteFunc: func(any) { d.poke() },
+	if !cache.WaitForCacheSync(ctx.Done(), func() bool { return d.synced() }) {
+		return nil // stopping
 	}
-	type source struct {
-		c   cache.Cache
-		obj client.Object
-	}
-	for _, s := range []source{{d.cache, &ipv1.IPPool{}}, {d.cache, &corev1.Node{}}, {d.ips.placed, &ipv1.IP{}}, {d.ips.attached, &ipv1.IP{}}} {
-		inf, err := s.c.GetInformer(ctx, s.obj)
-		if err != nil {
-			return fmt.Errorf("watching %T for the node's duty: %w", s.obj, err)
-		}
-		if _, err := inf.AddEventHandler(poke); err != nil {
-			return err
-		}
-	}
-	log := ctrl.Log.WithName("duty").WithValues("node", d.node)
-	tick := time.NewTicker(dutyRecheck)
-	defer tick.Stop()
+	log := d.log.WithValues("node", d.node)
 	for {
-		needed, why, err := d.check(ctx)
-		if err == nil {
-			d.checked.Store(true)
-		}
-		switch {
-		case err != nil:
-			// Keep the last answer: a failed read says nothing new.
-			log.Error(err, "Checking whether the node has static IPs to hold")
-		case needed != d.needed.Load():
+		needed, why := d.check()
+		d.checked.Store(true)
+		if needed != d.needed.Load() {
 			d.needed.Store(needed)
 			log.Info("Heartbeat "+map[bool]string{true: "needed", false: "not needed: no pool selects this node and no IP names it"}[needed], "why", why)
 			if needed {
@@ -137,7 +105,6 @@ func (d *Duty) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.wake:
-		case <-tick.C:
 		}
 	}
 }
@@ -151,35 +118,26 @@ func (d *Duty) poke() {
 
 // check computes Needed, and which object makes it so; and whether a pool
 // with Lease failover selects the node (OnlyWitnessPools).
-func (d *Duty) check(ctx context.Context) (bool, string, error) {
-	empty, err := d.ips.empty(ctx)
-	if err != nil {
-		return false, "", err
-	}
-	pools := &ipv1.IPPoolList{}
-	if err := d.reader.List(ctx, pools); err != nil {
-		return false, "", err
-	}
-	node := &corev1.Node{}
-	err = d.reader.Get(ctx, client.ObjectKey{Name: d.node}, node)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return false, "", err
-	}
-	known := err == nil
+func (d *Duty) check() (bool, string) {
+	empty := d.ips.empty()
+	o, known, _ := d.nodes.GetByKey(d.node)
+	node, _ := o.(*corev1.Node)
+	known = known && node != nil
 	why, lease := "", false
-	for i := range pools.Items {
-		if selects(&pools.Items[i], node, known) {
+	for _, o := range d.pools.List() {
+		pool, ok := o.(*ipv1.IPPool)
+		if ok && selects(pool, node, known) {
 			if why == "" {
-				why = "pool " + pools.Items[i].Name + " selects this node"
+				why = "pool " + pool.Name + " selects this node"
 			}
-			lease = lease || pools.Items[i].Spec.Failover != ipv1.FailoverWitness
+			lease = lease || pool.Spec.Failover != ipv1.FailoverWitness
 		}
 	}
 	d.leasePools.Store(lease)
 	if !empty {
-		return true, "an IP names this node", nil
+		return true, "an IP names this node"
 	}
-	return why != "", why, nil
+	return why != "", why
 }
 
 // selects is the controller's rule (nodeAllowed in internal/controller/ip):

@@ -8,21 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -49,25 +46,27 @@ func startDeployedAgent(t *testing.T, node string) *deployedAgent {
 	in := install{namespace: agentNamespace, namePrefix: "kubext-", dir: "config/default"}
 	installAgentAccess(t, in)
 	cfg := agentConfig(in, node)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: k8s.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: CacheOptions(node),
-		// The suite's own agent runs a controller of the same name.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	c, err := agentkube.New(cfg, agentScheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := c.REST(coordinationv1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &deployedAgent{node: node, dp: newFakeDataplane(node), seen: map[string]bool{}}
-	a.r = &Reconciler{Client: checkedClient{Client: mgr.GetClient(), d: a.dp}, Recorder: mgr.GetEventRecorder("ip-agent"),
-		Node: node, Dataplane: a.dp, Interface: uplink, Resync: resync}
-	if err := a.r.SetupWithManager(mgr); err != nil {
+	recorder := c.NewRecorder("ip-agent", logr.Discard())
+	a.r = &Reconciler{Client: checkedClient{Client: c, d: a.dp}, Recorder: recorder,
+		Log: ctrl.Log.WithName("ip-agent"), Node: node, Dataplane: a.dp, Interface: uplink, Resync: resync}
+	if err := a.r.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	if a.duty, err = a.r.NewDuty(mgr, func() { a.hb.Wake() }); err != nil {
+	if a.duty, err = a.r.NewDuty(func() { a.hb.Wake() }); err != nil {
 		t.Fatal(err)
 	}
 	// The agent's defaults: lease 2 s, renewed every 500 ms.
 	a.hb, err = heartbeat.New(heartbeat.Config{
-		Client: heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient()), Namespace: agentNamespace,
+		Client: heartbeat.SendOnce(leases), Namespace: agentNamespace,
 		Component: ipv1.AgentComponent, Node: node, Duration: 2 * time.Second, RenewInterval: 500 * time.Millisecond,
 		OnLost: a.r.Fence, OnRegained: a.r.Regained, Needed: a.duty.Needed,
 	})
@@ -75,34 +74,28 @@ func startDeployedAgent(t *testing.T, node string) *deployedAgent {
 		t.Fatal(err)
 	}
 	a.r.Lease = a.hb
-	if err := mgr.Add(a.hb); err != nil {
-		t.Fatal(err)
-	}
 	record := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { a.saw(o) },
 		UpdateFunc: func(_, o any) { a.saw(o) },
 		DeleteFunc: func(o any) { a.saw(o) },
 	}
-	for _, c := range []cache.Cache{a.r.ips.placed, a.r.ips.attached} {
-		inf, err := c.GetInformer(context.Background(), &ipv1.IP{})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, inf := range a.r.ips.informers() {
 		if _, err := inf.AddEventHandler(record); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("agent of %s: %v", node, err)
-		}
-	}()
+	var wg sync.WaitGroup
+	for _, run := range []func(context.Context) error{a.r.Run, a.duty.Start, a.hb.Start, recorder.Run} {
+		wg.Go(func() {
+			if err := run(ctx); err != nil {
+				t.Errorf("agent of %s: %v", node, err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		wg.Wait()
 		if v := a.dp.protocolViolations(); len(v) > 0 {
 			t.Errorf("protocol violations by the agent of %s: %q", node, v)
 		}
@@ -229,7 +222,5 @@ func TestDeployedAgentSeesOnlyItsNode(t *testing.T) {
 
 	g.Expect(a.sawIP(here)).To(BeTrue())
 	g.Expect(a.sawIP(other)).To(BeFalse(), "another node's IP reached this agent's informers")
-	ips, err := a.r.ips.list(f.Ctx)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(slices.ContainsFunc(ips, func(ip ipv1.IP) bool { return ip.Name == other })).To(BeFalse())
+	g.Expect(slices.ContainsFunc(a.r.ips.list(), func(ip *ipv1.IP) bool { return ip.Name == other })).To(BeFalse())
 }

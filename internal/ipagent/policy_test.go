@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/ipcond"
 	"github.com/kubext/kubext/test/lab"
 	"github.com/kubext/kubext/test/testenv"
@@ -231,7 +232,9 @@ func testAgentPolicy(t *testing.T, in install) {
 		// The agent's own confirmation (confirm, as report calls it), under
 		// its identity: admitted, with Attached and Ready True.
 		set(ip.Name, attached(allocated, node1, ""))
-		r := &Reconciler{Client: own, Node: node1}
+		ownAgent, err := agentkube.New(agentConfig(in, node1), agentScheme)
+		g.Expect(err).NotTo(HaveOccurred())
+		r := &Reconciler{Client: ownAgent, Node: node1}
 		cur := &ipv1.IP{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip.Name}, cur)).To(Succeed())
 		g.Expect(r.confirm(ctx, cur, 0)).To(Succeed())

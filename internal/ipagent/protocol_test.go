@@ -11,11 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/netconf"
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -88,14 +90,39 @@ func TestNeverAttachesAHostNetworkPod(t *testing.T) {
 // racingClient is an agent's client that lets the controller write first:
 // before the agent's first status write, it runs controllerWrites.
 type racingClient struct {
-	client.Client
+	Client
 	once             *sync.Once
 	controllerWrites func()
 }
 
-func (c racingClient) Status() client.SubResourceWriter {
+func (c racingClient) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, obj runtime.Object, subresource ...string) error {
 	c.once.Do(c.controllerWrites)
-	return c.Client.Status()
+	return c.Client.Patch(ctx, namespace, name, pt, data, obj, subresource...)
+}
+
+// watching is r, set up, with its informers running until the test ends
+// and synced: its passes (reconcile) can be run one by one.
+func watching(t *testing.T, r *Reconciler) *Reconciler {
+	t.Helper()
+	if err := r.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if !r.watch(ctx) {
+		t.Fatal("the informers did not sync")
+	}
+	return r
+}
+
+// adminAgentClient is an agent's client with the test's (admin) rights.
+func adminAgentClient(t *testing.T) *agentkube.Client {
+	t.Helper()
+	c, err := agentkube.New(testEnv.Config, agentScheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // The controller moves the IP between the agent's read and its claim: the
@@ -108,8 +135,8 @@ func TestAConflictingMoveIsNeverProgrammed(t *testing.T) {
 	ip := f.ip("ip", "192.0.2.35", ipv1.IPStatus{Node: node, Pod: pod})
 	nodeDP := newFakeDataplane(node)
 	raced := false
-	r := &Reconciler{
-		Client: racingClient{Client: k8s, once: &sync.Once{}, controllerWrites: func() {
+	r := watching(t, &Reconciler{
+		Client: racingClient{Client: adminAgentClient(t), once: &sync.Once{}, controllerWrites: func() {
 			f.setStatus(ip, func(s *ipv1.IPStatus) { s.Node, s.Pod = otherNode, there })
 			raced = true
 		}},
@@ -118,9 +145,9 @@ func TestAConflictingMoveIsNeverProgrammed(t *testing.T) {
 		Dataplane: nodeDP,
 		Lease:     heldLease{},
 		Interface: uplink,
-	}
+	})
 	for range 3 {
-		_, err := r.Reconcile(f.Ctx, ctrl.Request{})
+		_, err := r.reconcile(f.Ctx)
 		f.G.Expect(err).NotTo(HaveOccurred())
 	}
 	f.G.Expect(raced).To(BeTrue(), "the agent never tried to claim")
@@ -151,8 +178,8 @@ func (d *stuckDataplane) Apply(ctx context.Context, _ []netconf.Assignment) (net
 func TestFenceDoesNotWaitForAHungApply(t *testing.T) {
 	f := newFixture(t)
 	stuck := &stuckDataplane{fakeDataplane: newFakeDataplane("node-d"), entered: make(chan struct{}), cancelled: make(chan struct{})}
-	r := &Reconciler{Client: k8s, Recorder: events.NewFakeRecorder(16), Node: "node-d", Dataplane: stuck, Lease: heldLease{}}
-	go func() { _, _ = r.Reconcile(context.Background(), ctrl.Request{}) }()
+	r := watching(t, &Reconciler{Client: adminAgentClient(t), Recorder: events.NewFakeRecorder(16), Node: "node-d", Dataplane: stuck, Lease: heldLease{}})
+	go func() { _, _ = r.reconcile(context.Background()) }()
 	<-stuck.entered
 
 	fenced := make(chan struct{})

@@ -45,7 +45,7 @@ func (r *Reconciler) claim(ctx context.Context, ips []*ipv1.IP, held bool) (desi
 		gen, may := r.holdRule(ip, held, now)
 		var a netconf.Assignment
 		if may {
-			a, may = r.assignment(ctx, ip)
+			a, may = r.assignment(ip)
 		}
 		// A hold on the Lease that its witnesses now vouch for moves to
 		// their word, the kernel bound by it first (convertHold).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -13,12 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/netconf"
 	"github.com/kubext/kubext/test/testenv"
 )
@@ -45,37 +51,72 @@ var (
 	witnesses = newFakeWitnesses()
 	// testEnv is the API server, for tests that need their own clients.
 	testEnv *testenv.Env
+	// agentScheme is the agent's (Scheme).
+	agentScheme *runtime.Scheme
 )
 
 func TestMain(m *testing.M) {
 	testenv.Main(m, func(ctx context.Context, env *testenv.Env) error {
 		testEnv = env
-		return startManager(ctx, env)
+		return startAgent(ctx, env)
 	})
 }
 
-// startManager runs the agent of thisNode as cmd/ip-agent wires it, with a
+// startAgent runs the agent of thisNode as cmd/ip-agent wires it, with a
 // fake kernel and a Lease the tests hold or drop.
-func startManager(ctx context.Context, env *testenv.Env) error {
-	// The agent's cache holds its own node's pods only, as deployed.
-	opts := ctrl.Options{Cache: CacheOptions(thisNode)}
-	var err error
-	k8s, _, err = env.RunManagerWith(ctx, opts, func(mgr ctrl.Manager) error {
-		lease.held.Store(true)
-		agent = &Reconciler{
-			Client:    checkedClient{Client: mgr.GetClient(), d: dp},
-			Recorder:  mgr.GetEventRecorder("ip-agent"),
-			Node:      thisNode,
-			Dataplane: dp,
-			Lease:     lease,
-			Interface: uplink,
-			Resync:    resync,
-			// IPs that name witnesses are held on their word (witness_test.go).
-			Witness: &WitnessConfig{Peer: witnesses, Port: 7946, Nodes: mgr.GetAPIReader()},
+func startAgent(ctx context.Context, env *testenv.Env) error {
+	// The tests' own client knows every built-in kind; the agent only its.
+	all := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, ipv1.AddToScheme} {
+		if err := add(all); err != nil {
+			return err
 		}
-		return agent.SetupWithManager(mgr)
-	}, ipv1.AddToScheme)
-	return err
+	}
+	var err error
+	if k8s, err = client.New(env.Config, client.Options{Scheme: all}); err != nil {
+		return err
+	}
+	if agentScheme, err = Scheme(); err != nil {
+		return err
+	}
+	c, err := agentkube.New(env.Config, agentScheme)
+	if err != nil {
+		return err
+	}
+	recorder := c.NewRecorder("ip-agent", logr.Discard())
+	go func() { _ = recorder.Run(ctx) }()
+	lease.held.Store(true)
+	agent = &Reconciler{
+		Client:    checkedClient{Client: c, d: dp},
+		Recorder:  recorder,
+		Log:       ctrl.Log.WithName("ip-agent"),
+		Node:      thisNode,
+		Dataplane: dp,
+		Lease:     lease,
+		Interface: uplink,
+		Resync:    resync,
+		// IPs that name witnesses are held on their word (witness_test.go).
+		Witness: &WitnessConfig{Peer: witnesses, Port: 7946, Nodes: c},
+	}
+	if err := agent.Setup(); err != nil {
+		return err
+	}
+	go func() {
+		if err := agent.Run(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "agent:", err)
+		}
+	}()
+	return nil
+}
+
+// agentHas is the IP name as the agent's informers have it, or nil.
+func agentHas(name string) *ipv1.IP {
+	for _, ip := range agent.ips.list() {
+		if ip.Name == name {
+			return ip.DeepCopy()
+		}
+	}
+	return nil
 }
 
 // fakeLease is the heartbeat as the tests want it.
@@ -235,28 +276,21 @@ func (d *fakeDataplane) checkClaimed(ctx context.Context, desired []netconf.Assi
 // checkedClient is the agent's client, with its status writes checked
 // by d (checkAttachedPod) before they are sent.
 type checkedClient struct {
-	client.Client
+	Client
 	d *fakeDataplane
 }
 
-func (c checkedClient) Status() client.SubResourceWriter {
-	return checkedStatus{SubResourceWriter: c.Client.Status(), d: c.d}
-}
-
-type checkedStatus struct {
-	client.SubResourceWriter
-	d *fakeDataplane
-}
-
-func (s checkedStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if ip, ok := obj.(*ipv1.IP); ok {
-		s.d.checkAttachedPod(ctx, ip)
+// Patch checks what obj, the IP as the agent wants it, says before the
+// patch is sent; obj then receives the answer.
+func (c checkedClient) Patch(ctx context.Context, namespace, name string, pt types.PatchType, data []byte, obj runtime.Object, subresource ...string) error {
+	if ip, ok := obj.(*ipv1.IP); ok && slices.Equal(subresource, []string{"status"}) {
+		c.d.checkAttachedPod(ctx, ip)
+		n := statusWrites.inFlight.Add(1)
+		defer statusWrites.inFlight.Add(-1)
+		raiseTo(&statusWrites.most, n)
+		time.Sleep(time.Duration(statusWrites.delay.Load()))
 	}
-	n := statusWrites.inFlight.Add(1)
-	defer statusWrites.inFlight.Add(-1)
-	raiseTo(&statusWrites.most, n)
-	time.Sleep(time.Duration(statusWrites.delay.Load()))
-	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	return c.Client.Patch(ctx, namespace, name, pt, data, obj, subresource...)
 }
 
 // raiseTo makes most at least n.

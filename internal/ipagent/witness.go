@@ -11,8 +11,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/netconf"
@@ -35,9 +35,11 @@ type WitnessConfig struct {
 	Peer Witnesses
 	// Port is the UDP port every agent's peer listens on.
 	Port uint16
-	// Nodes reads other nodes' addresses (the API server: the agent's
-	// cache holds its own Node only).
-	Nodes client.Reader
+	// Nodes reads other nodes' addresses from the API server (the agent's
+	// informer holds its own Node only): agentkube.Client.
+	Nodes interface {
+		Get(ctx context.Context, namespace, name string, obj runtime.Object) error
+	}
 	// Fallback is how long an IP placed here waits for its witnesses to
 	// vouch before the node holds it on its Lease instead (the witness
 	// port filtered, the witnesses' agents down): default 3 s.
@@ -196,7 +198,7 @@ func (r *Reconciler) nodeAddr(ctx context.Context, name string) (netip.Addr, err
 		return a.(netip.Addr), nil
 	}
 	n := &corev1.Node{}
-	if err := r.Witness.Nodes.Get(ctx, types.NamespacedName{Name: name}, n); err != nil {
+	if err := r.Witness.Nodes.Get(ctx, "", name, n); err != nil {
 		return netip.Addr{}, fmt.Errorf("reading the address of witness %s: %w", name, err)
 	}
 	for _, kind := range []corev1.NodeAddressType{corev1.NodeInternalIP, corev1.NodeExternalIP} {

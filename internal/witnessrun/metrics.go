@@ -2,7 +2,8 @@ package witnessrun
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/kubext/kubext/internal/agentkube"
 )
 
 // Where no node failed, every declaration is a false one (a witness that
@@ -20,4 +21,4 @@ var (
 	})
 )
 
-func init() { metrics.Registry.MustRegister(declarations, generationsLost) }
+func init() { agentkube.Registry.MustRegister(declarations, generationsLost) }

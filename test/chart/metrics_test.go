@@ -36,11 +36,11 @@ var metricPackages = map[string][]string{
 	"github.com/kubext/kubext/internal/controller/reboot": {"./cmd/manager"},
 	"github.com/kubext/kubext/internal/witnessrun":        {"./cmd/ip-agent"},
 	// controller-runtime's own: reconcile, work queue, client and leader
-	// election metrics, in the manager and the ip-agent.
-	"sigs.k8s.io/controller-runtime/pkg/metrics":                     {"./cmd/manager", "./cmd/ip-agent"},
-	"sigs.k8s.io/controller-runtime/pkg/internal/controller/metrics": {"./cmd/manager", "./cmd/ip-agent"},
-	// The reboot-agent's client metrics, without controller-runtime.
-	"github.com/kubext/kubext/internal/agentkube": {"./cmd/reboot-agent"},
+	// election metrics, in the manager.
+	"sigs.k8s.io/controller-runtime/pkg/metrics":                     {"./cmd/manager"},
+	"sigs.k8s.io/controller-runtime/pkg/internal/controller/metrics": {"./cmd/manager"},
+	// The agents' client metrics, without controller-runtime.
+	"github.com/kubext/kubext/internal/agentkube": {"./cmd/reboot-agent", "./cmd/ip-agent"},
 }
 
 // synthetic metrics Prometheus makes itself for every target.

@@ -11,15 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/agentkube"
 	"github.com/kubext/kubext/internal/heartbeat"
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
@@ -81,8 +78,8 @@ func (d *recorder) Unfence() {
 	d.fenced = false
 }
 
-// lightAgents runs one light agent per node, each with its own manager and
-// client, connected as that node's deployed ip-agent (service account,
+// lightAgents runs one light agent per node, each with its own client
+// (agentkube, as cmd/ip-agent), connected as that node's deployed ip-agent (service account,
 // token bound to the node, RBAC and admission policy enforced), with the
 // ip-agent's defaults (lease 2 s, renewed every 500 ms while Duty says the
 // node is needed and it holds something on its Lease; 16 s / 8 s while it
@@ -97,7 +94,7 @@ type lightAgents struct {
 	wg       sync.WaitGroup
 }
 
-func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, nodes []string, witnessScale int) (*lightAgents, error) {
+func startLightAgents(ctx context.Context, l *lab.Lab, nodes []string, witnessScale int) (*lightAgents, error) {
 	base, err := l.RESTConfig()
 	if err != nil {
 		return nil, err
@@ -136,7 +133,7 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 		cfg.Impersonate = lab.IPAgentImpersonation(node)
 		cfg.Wrap(a.requests.wrap)
 		wc.Host = nodeAddr(i).String()
-		if err := a.start(ctx, cfg, scheme, node, wc); err != nil {
+		if err := a.start(ctx, cfg, node, wc); err != nil {
 			cancel()
 			return nil, fmt.Errorf("agent of %s: %w", node, err)
 		}
@@ -144,35 +141,34 @@ func startLightAgents(ctx context.Context, l *lab.Lab, scheme *runtime.Scheme, n
 	return a, nil
 }
 
-func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, node string, wc witnessrun.Config) error {
+func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, node string, wc witnessrun.Config) error {
 	log := ctrl.Log.WithValues("node", node)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Cache:                  ipagent.CacheOptions(node),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		// Every agent runs a controller named ip-agent, in one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	scheme, err := ipagent.Scheme()
 	if err != nil {
 		return err
 	}
+	c, err := agentkube.New(cfg, scheme)
+	if err != nil {
+		return err
+	}
+	events := c.NewRecorder("ip-agent", log.WithName("events"))
 	dp := &recorder{kernel: map[netip.Addr]netconf.Assignment{}, fenced: true, applies: &a.applies}
-	r := &ipagent.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("ip-agent"), Node: node, Dataplane: dp}
-	leases := heartbeat.SendOnce(kubernetes.NewForConfigOrDie(cfg).CoordinationV1().RESTClient())
+	r := &ipagent.Reconciler{Client: c, Recorder: events, Log: log.WithName("ip-agent"), Node: node, Dataplane: dp}
+	if err := r.Setup(); err != nil {
+		return err
+	}
+	leaseREST, err := c.REST(coordinationv1.SchemeGroupVersion)
+	if err != nil {
+		return err
+	}
+	leases := heartbeat.SendOnce(leaseREST)
 	var hb *heartbeat.Heartbeat
 	wit, err := witnessrun.New(ctx, wc, leases, lab.SystemNamespace, node, r, dp, func() { hb.Wake() }, log)
 	if err != nil {
 		return err
 	}
-	r.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wc.Port), Nodes: mgr.GetAPIReader()}
-	if err := mgr.Add(wit); err != nil {
-		return err
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		return err
-	}
-	duty, err := r.NewDuty(mgr, func() { hb.Wake() })
+	r.Witness = &ipagent.WitnessConfig{Peer: wit.Peer(), Port: uint16(wc.Port), Nodes: c}
+	duty, err := r.NewDuty(func() { hb.Wake() })
 	if err != nil {
 		return err
 	}
@@ -197,14 +193,10 @@ func (a *lightAgents) start(ctx context.Context, cfg *rest.Config, scheme *runti
 		return err
 	}
 	r.Lease = hb
-	if err := mgr.Add(hb); err != nil {
-		return err
+	// As cmd/ip-agent runs them.
+	for _, run := range []func(context.Context) error{r.Run, duty.Start, hb.Start, wit.Start, events.Run} {
+		a.wg.Go(func() { _ = run(ctx) })
 	}
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		_ = mgr.Start(ctx)
-	}()
 	return nil
 }
 

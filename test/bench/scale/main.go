@@ -247,7 +247,7 @@ func run(o options) (err error) {
 
 	runtime.GC()
 	rssBefore := stats.RSSMiB(os.Getpid())
-	agents, err := startLightAgents(ctx, l, scheme, nodes, o.witnessScale)
+	agents, err := startLightAgents(ctx, l, nodes, o.witnessScale)
 	if err != nil {
 		return err
 	}
