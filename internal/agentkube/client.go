@@ -126,9 +126,15 @@ var metaPkgPath = reflect.TypeFor[metav1.Status]().PkgPath()
 // resource is the REST client and the resource (plural) of obj's kind; obj
 // may be an object or a list of them.
 func (c *Client) resource(obj runtime.Object) (rest.Interface, string, error) {
+	rc, res, _, err := c.kindResource(obj)
+	return rc, res, err
+}
+
+// kindResource is resource, and the kind of the objects.
+func (c *Client) kindResource(obj runtime.Object) (rest.Interface, string, schema.GroupVersionKind, error) {
 	gvks, _, err := c.scheme.ObjectKinds(obj)
 	if err != nil {
-		return nil, "", err
+		return nil, "", schema.GroupVersionKind{}, err
 	}
 	gvk := gvks[0]
 	if meta.IsListType(obj) {
@@ -138,7 +144,7 @@ func (c *Client) resource(obj runtime.Object) (rest.Interface, string, error) {
 	// ips...); an agent has no discovery to ask.
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
 	rc, err := c.REST(gvk.GroupVersion())
-	return rc, plural.Resource, err
+	return rc, plural.Resource, gvk, err
 }
 
 // Get reads the object namespace/name ("" namespace: cluster-scoped) from
@@ -182,17 +188,13 @@ func (c *Client) Create(ctx context.Context, obj runtime.Object, dryRun ...strin
 // ListWatch lists and watches the objects of obj's kind in namespace (""
 // for all, or cluster-scoped) that fieldSelector selects (nil for all).
 func (c *Client) ListWatch(obj runtime.Object, namespace string, fieldSelector fields.Selector) (cache.ListerWatcher, error) {
-	rc, res, err := c.resource(obj)
+	rc, res, gvk, err := c.kindResource(obj)
 	if err != nil {
 		return nil, err
 	}
-	gvks, _, err := c.scheme.ObjectKinds(obj)
-	if err != nil {
-		return nil, err
-	}
-	listKind := gvks[0].GroupVersion().WithKind(gvks[0].Kind + "List")
+	listKind := gvk.GroupVersion().WithKind(gvk.Kind + "List")
 	if _, err := c.scheme.New(listKind); err != nil {
-		return nil, fmt.Errorf("no list kind for %s: %w", gvks[0], err)
+		return nil, fmt.Errorf("no list kind for %s: %w", gvk, err)
 	}
 	sel := ""
 	if fieldSelector != nil {

@@ -63,13 +63,13 @@ func (c *Client) NewRecorder(component string, log logr.Logger) *Recorder {
 // Eventf records an Event about regarding (and related, if not nil). It
 // does not wait for the Event to be written.
 func (r *Recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if !r.limiter.TryAccept() {
+		r.log.Info("Too many Events: not recording this one", "reason", reason)
+		return
+	}
 	e, err := r.event(time.Now(), regarding, related, eventtype, reason, action, fmt.Sprintf(note, args...))
 	if err != nil {
 		r.log.Error(err, "Cannot record an Event", "reason", reason)
-		return
-	}
-	if !r.limiter.TryAccept() {
-		r.log.Info("Too many Events: not recording this one", "reason", reason, "note", e.Note)
 		return
 	}
 	select {

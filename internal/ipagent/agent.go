@@ -44,11 +44,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -294,10 +295,16 @@ func (r *Reconciler) Run(ctx context.Context) error {
 	if !r.watch(ctx) {
 		return nil // stopping
 	}
+	// test/lab waits for this line (SyncedMessage).
+	r.log().Info(SyncedMessage)
 	r.loop.Trigger()
 	r.loop.Run(ctx, r.reconcile)
 	return nil
 }
+
+// SyncedMessage is what the agent logs once its informers have synced and
+// it starts reconciling.
+const SyncedMessage = "Informers synced: reconciling the node"
 
 // watch runs the informers until ctx ends, once, and waits for them to
 // sync; false if ctx ended first.
@@ -446,29 +453,42 @@ func (r *Reconciler) writeStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	return true, nil
 }
 
-// optimisticMergePatch is the JSON merge patch from old to changed, valid
-// only on the version old was read at: it carries old's resourceVersion,
-// and the API server refuses it with a conflict if the object has changed
-// since.
+// optimisticMergePatch is the JSON merge patch that takes old's status to
+// changed's, in the fields the agent owns (the package comment) and no
+// other: attachedNode, attachedPod and attachedGeneration (null when
+// empty), and the conditions when changed has them different. It carries
+// old's resourceVersion, so the API server refuses it with a conflict if
+// the IP has changed since old was read.
 func optimisticMergePatch(old, changed *ipv1.IP) ([]byte, error) {
-	from, err := json.Marshal(old)
-	if err != nil {
-		return nil, err
+	var p struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+		Status struct {
+			AttachedNode       *string            `json:"attachedNode"`
+			AttachedPod        *string            `json:"attachedPod"`
+			AttachedGeneration *int64             `json:"attachedGeneration"`
+			Conditions         []metav1.Condition `json:"conditions,omitempty"`
+		} `json:"status"`
 	}
-	to, err := json.Marshal(changed)
-	if err != nil {
-		return nil, err
+	p.Metadata.ResourceVersion = old.ResourceVersion
+	st := changed.Status
+	if st.AttachedNode != "" {
+		p.Status.AttachedNode = &st.AttachedNode
 	}
-	patch, err := jsonpatch.CreateMergePatch(from, to)
-	if err != nil {
-		return nil, err
+	if st.AttachedPod != "" {
+		p.Status.AttachedPod = &st.AttachedPod
 	}
-	var fields map[string]any
-	if err := json.Unmarshal(patch, &fields); err != nil {
-		return nil, err
+	if st.AttachedGeneration != 0 {
+		p.Status.AttachedGeneration = &st.AttachedGeneration
 	}
-	fields["metadata"] = map[string]any{"resourceVersion": old.ResourceVersion}
-	return json.Marshal(fields)
+	if !equality.Semantic.DeepEqual(old.Status.Conditions, st.Conditions) {
+		if len(st.Conditions) == 0 {
+			return nil, fmt.Errorf("IP %s: the agent never removes conditions", old.Name)
+		}
+		p.Status.Conditions = st.Conditions
+	}
+	return json.Marshal(p)
 }
 
 // Scheme is the API types the agent reads and writes: IPs and IPPools,

@@ -29,8 +29,13 @@ type fakeWitnesses struct {
 	probed map[string]netip.AddrPort
 }
 
+// firstGen is the fake peer's generation: as large as a real one (a
+// UnixNano), beyond what a float64 holds exactly, so that every write of
+// it is checked to keep all 64 bits.
+const firstGen = witness.Gen(1795894446968572042)
+
 func newFakeWitnesses() *fakeWitnesses {
-	return &fakeWitnesses{gen: 42, held: map[string]bool{}, probed: map[string]netip.AddrPort{}}
+	return &fakeWitnesses{gen: firstGen, held: map[string]bool{}, probed: map[string]netip.AddrPort{}}
 }
 
 func (w *fakeWitnesses) Gen() witness.Gen {
@@ -106,7 +111,7 @@ func TestWitnessHoldNeedsItsWitnesses(t *testing.T) {
 
 	witnesses.vouch(w, true)
 	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(pod))
-	f.G.Expect(f.attachedGeneration(ip)()).To(BeEquivalentTo(42))
+	f.G.Expect(f.attachedGeneration(ip)()).To(BeEquivalentTo(firstGen))
 
 	witnesses.vouch(w, false)
 	f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(BeEmpty())
@@ -209,7 +214,7 @@ func TestLeaseHoldMovesToWitnessesNamedLater(t *testing.T) {
 	}, time.Second, 100*time.Millisecond).Should(Succeed())
 
 	witnesses.vouch(w, true)
-	f.G.Eventually(f.attachedGeneration(ip), testenv.WaitFor).Should(BeEquivalentTo(42))
+	f.G.Eventually(f.attachedGeneration(ip), testenv.WaitFor).Should(BeEquivalentTo(firstGen))
 	f.G.Expect(f.attachedPod(ip)()).To(Equal(pod), "the conversion keeps the kernel's forwarding and says so")
 	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.44"))).NotTo(BeZero())
 	f.G.Expect(agent.Idle()).To(BeTrue(), "nothing left on the Lease")

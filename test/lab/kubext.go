@@ -146,7 +146,7 @@ func (l *Lab) StartIPAgent(ctx context.Context, node string, args ...string) (*P
 		}
 		// Ready: it renewed its heartbeat, or, on a node with nothing to
 		// do (no pool selects it yet, and then it writes nothing), its
-		// caches are synced and its reconciler runs.
+		// informers are synced and its reconciler runs.
 		if l, err := cs.CoordinationV1().Leases(SystemNamespace).Get(ctx, lease, metav1.GetOptions{}); err == nil &&
 			l.Spec.RenewTime != nil && l.Spec.RenewTime.After(before) {
 			return true, nil
@@ -383,8 +383,12 @@ func (l *Lab) Kubectl(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// agentSyncedMessage is ipagent.SyncedMessage (not imported: ipagent's
+// tests use this package).
+const agentSyncedMessage = "Informers synced: reconciling the node"
+
 // agentWorkersStarted counts the times the ip-agent's log at path says its
-// reconciler started (controller-runtime logs it once the caches synced).
+// reconciler started (ipagent.SyncedMessage, once its informers synced).
 func agentWorkersStarted(path string) int {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -392,7 +396,7 @@ func agentWorkersStarted(path string) int {
 	}
 	n := 0
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if strings.Contains(line, "Starting workers") && strings.Contains(line, `"ip-agent"`) {
+		if strings.Contains(line, agentSyncedMessage) {
 			n++
 		}
 	}
