@@ -93,8 +93,9 @@ type Client interface {
 // and computing it whole is what makes the result correct after restarts
 // and drift.
 type Reconciler struct {
-	Client    Client
-	Recorder  agentkube.EventRecorder
+	Client   Client
+	Recorder agentkube.EventRecorder
+	// Log is the agent's logger (with its node's name).
 	Log       logr.Logger
 	Node      string
 	Dataplane Dataplane
@@ -148,7 +149,7 @@ type Reconciler struct {
 
 // reconcile converges the node; it returns when to look again.
 func (r *Reconciler) reconcile(ctx context.Context) (time.Duration, error) {
-	log := r.log()
+	log := r.Log
 	stored := r.ips.list()
 	ips := make([]*ipv1.IP, 0, len(stored))
 	for _, ip := range stored {
@@ -177,9 +178,6 @@ func (r *Reconciler) reconcile(ctx context.Context) (time.Duration, error) {
 	}
 	return r.Resync, nil
 }
-
-// log is the agent's logger, with its node.
-func (r *Reconciler) log() logr.Logger { return r.Log.WithValues("node", r.Node) }
 
 // startPass reads the Lease and registers the cancel of this pass's Apply
 // under mu (see there). done unregisters it.
@@ -232,7 +230,7 @@ func (r *Reconciler) Fence() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := r.Dataplane.Fence(ctx); err != nil {
-		r.log().Error(err, "Fencing: removing the node's static IPs failed")
+		r.Log.Error(err, "Fencing: removing the node's static IPs failed")
 	}
 	r.poke()
 }
@@ -276,7 +274,13 @@ func (r *Reconciler) Setup() error {
 	if r.pools, err = r.Client.Informer(&ipv1.IPPool{}, "", nil); err != nil {
 		return err
 	}
-	r.loop = agentkube.NewLoop("ip-agent", r.log())
+	if err := r.pods.SetTransform(slimPod); err != nil {
+		return err
+	}
+	if err := r.nodes.SetTransform(slimNode); err != nil {
+		return err
+	}
+	r.loop = agentkube.NewLoop("ip-agent", r.Log)
 	for _, inf := range []cache.SharedIndexInformer{r.ips.placed, r.ips.attached, r.pods} {
 		if _, err := inf.AddEventHandler(r.loop.Handler()); err != nil {
 			return err
@@ -296,7 +300,7 @@ func (r *Reconciler) Run(ctx context.Context) error {
 		return nil // stopping
 	}
 	// test/lab waits for this line (SyncedMessage).
-	r.log().Info(SyncedMessage)
+	r.Log.Info(SyncedMessage)
 	r.loop.Trigger()
 	r.loop.Run(ctx, r.reconcile)
 	return nil
@@ -379,7 +383,7 @@ func (r *Reconciler) warnHostNetwork(ip *ipv1.IP, pod *corev1.Pod) {
 	if _, seen := r.warned.LoadOrStore(string(ip.UID)+"/"+string(pod.UID), true); seen {
 		return
 	}
-	r.log().Info("Not attaching to a pod on the host network", "ip", ip.Name, "pod", ip.Status.Pod)
+	r.Log.Info("Not attaching to a pod on the host network", "ip", ip.Name, "pod", ip.Status.Pod)
 	r.Recorder.Eventf(ip, pod, corev1.EventTypeWarning, "HostNetworkPod", "Attach",
 		"Node %s will not attach %s to pod %s: the pod uses the host network, so the node's own traffic would leave as %s",
 		r.Node, ip.Status.Address, ip.Status.Pod, ip.Status.Address)
@@ -421,7 +425,7 @@ func (r *Reconciler) confirm(ctx context.Context, ip *ipv1.IP, gen int64) error 
 		if !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
 			return err
 		}
-		r.log().Info("The admission policy refuses the agent's Attached and Ready conditions; reporting without them (the manager writes them)",
+		r.Log.Info("The admission policy refuses the agent's Attached and Ready conditions; reporting without them (the manager writes them)",
 			"ip", ip.Name, "error", err.Error())
 		r.conditionsRefused.Store(time.Now().UnixNano())
 	}
@@ -447,7 +451,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, ip *ipv1.IP, node, pod str
 	if err != nil {
 		return false, fmt.Errorf("reporting IP %s attached to node %q pod %q: %w", ip.Name, node, pod, err)
 	}
-	r.log().Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen,
+	r.Log.Info("Reported", "ip", ip.Name, "address", ip.Status.Address, "attachedNode", node, "attachedPod", pod, "attachedGeneration", gen,
 		"conditions", confirmed)
 	*ip = *changed
 	return true, nil

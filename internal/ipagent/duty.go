@@ -57,7 +57,7 @@ func (r *Reconciler) NewDuty(onNeeded func()) (*Duty, error) {
 	}
 	d := &Duty{node: r.Node, pools: r.pools.GetStore(), nodes: r.nodes.GetStore(), ips: r.ips,
 		synced: r.synced.Load, watched: []cache.SharedIndexInformer{r.pools, r.nodes, r.ips.placed, r.ips.attached},
-		log: r.log().WithName("duty"), wake: make(chan struct{}, 1), changed: onNeeded}
+		log: r.Log.WithName("duty"), wake: make(chan struct{}, 1), changed: onNeeded}
 	if d.changed == nil {
 		d.changed = func() {}
 	}
@@ -90,7 +90,7 @@ func (d *Duty) Start(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), func() bool { return d.synced() }) {
 		return nil // stopping
 	}
-	log := d.log.WithValues("node", d.node)
+	log := d.log
 	for {
 		needed, why := d.check()
 		d.checked.Store(true)

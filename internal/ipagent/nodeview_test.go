@@ -57,7 +57,7 @@ func startDeployedAgent(t *testing.T, node string) *deployedAgent {
 	a := &deployedAgent{node: node, dp: newFakeDataplane(node), seen: map[string]bool{}}
 	recorder := c.NewRecorder("ip-agent", logr.Discard())
 	a.r = &Reconciler{Client: checkedClient{Client: c, d: a.dp}, Recorder: recorder,
-		Log: ctrl.Log.WithName("ip-agent"), Node: node, Dataplane: a.dp, Interface: uplink, Resync: resync}
+		Log: ctrl.Log.WithName("ip-agent").WithValues("node", node), Node: node, Dataplane: a.dp, Interface: uplink, Resync: resync}
 	if err := a.r.Setup(); err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func startAgent(ctx context.Context, env *testenv.Env) error {
 	agent = &Reconciler{
 		Client:    checkedClient{Client: c, d: dp},
 		Recorder:  recorder,
-		Log:       ctrl.Log.WithName("ip-agent"),
+		Log:       ctrl.Log.WithName("ip-agent").WithValues("node", thisNode),
 		Node:      thisNode,
 		Dataplane: dp,
 		Lease:     lease,

@@ -71,7 +71,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 // netconf.ErrLapsed when something had expired).
 type Refresher interface{ Refresh() error }
 
-// Run is the agent's peer, run by the agent's manager (Start).
+// Run is the agent's peer; Start runs it.
 type Run struct {
 	peer    *witnessnet.Peer
 	timing  witness.Timing
