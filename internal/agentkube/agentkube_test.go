@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -290,11 +292,12 @@ func TestContentTypes(t *testing.T) {
 	g.Expect(c.protobuf(schema.GroupVersion{Group: "unknown.example.com", Version: "v1"})).To(BeFalse())
 
 	// What the API server answers in, seen on the wire.
-	var answered sync.Map
+	var answered, agents sync.Map
 	cfg := rest.CopyConfig(testCfg)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripper(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
+			agents.Store(r.Header.Get("User-Agent"), true)
 			if err == nil {
 				answered.Store(r.URL.Path, resp.Header.Get("Content-Type"))
 			}
@@ -312,6 +315,19 @@ func TestContentTypes(t *testing.T) {
 	g.Expect(wire.Create(testCtx, &ipv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "ct-ip"}, Spec: ipv1.IPSpec{Pool: "p"}})).To(Succeed())
 	ct, _ = answered.Load("/apis/ip.kubext.io/v1alpha1/ips")
 	g.Expect(ct).To(Equal(runtime.ContentTypeJSON))
+
+	// Every request names the binary, which the API server takes as the
+	// field manager of what it writes (not Go's default client name).
+	binary := strings.TrimSuffix(filepath.Base(os.Args[0]), ".exe")
+	agents.Range(func(ua, _ any) bool {
+		g.Expect(ua).To(HavePrefix(binary+"/"), "User-Agent")
+		return true
+	})
+	created := node("ua-node")
+	created.Labels = map[string]string{"written-by": "agent"}
+	g.Expect(wire.Create(testCtx, created)).To(Succeed())
+	g.Expect(created.ManagedFields).NotTo(BeEmpty())
+	g.Expect(created.ManagedFields[0].Manager).To(Equal(binary), "field manager")
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

@@ -46,6 +46,15 @@ type Client struct {
 
 // New makes a Client for the types registered in scheme.
 func New(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.UserAgent == "" {
+		// The binary's name leads: the API server takes it as the field
+		// manager of what the agent writes (managedFields), and it is
+		// what an audit log or a flow schema tells the agents by. The
+		// user agent is set by the HTTP client's transport, so it must
+		// be known before that is made.
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -54,7 +63,7 @@ func New(cfg *rest.Config, scheme *runtime.Scheme) (*Client, error) {
 		scheme: scheme,
 		codecs: serializer.NewCodecFactory(scheme),
 		params: runtime.NewParameterCodec(scheme),
-		cfg:    rest.CopyConfig(cfg),
+		cfg:    cfg,
 		http:   hc,
 		rest:   map[schema.GroupVersion]rest.Interface{},
 	}, nil
@@ -84,9 +93,6 @@ func (c *Client) REST(gv schema.GroupVersion) (rest.Interface, error) {
 		// event of every agent's watch.
 		cfg.ContentType = runtime.ContentTypeProtobuf
 		cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
 	rc, err := rest.RESTClientForConfigAndClient(cfg, c.http)
 	if err != nil {

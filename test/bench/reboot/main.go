@@ -155,6 +155,10 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	}
 	fmt.Printf("%d %s reboot agents running; simulated reboot T=%s, soak %s, maxUnavailable %d\n", nodes, agents, downtime, soak, maxUnavailable)
 
+	loadBefore, err := stats.ReadAPIServerLoad(ctx, cs.RESTClient())
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"true"}}}`, rebootv1.AnnotationNeeded)
 	for _, node := range l.Nodes {
@@ -182,6 +186,10 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 		return fmt.Errorf("waiting for the rollout: %w", err)
 	}
 	total := time.Since(start)
+	loadAfter, err := stats.ReadAPIServerLoad(ctx, cs.RESTClient())
+	if err != nil {
+		return err
+	}
 
 	// The drain of a node without pods is the controller's own overhead,
 	// so the ideal counts it as zero.
@@ -208,6 +216,12 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	}
 	fmt.Printf("rebooted exactly once: %d of %d; most unavailable at once: %d (budget %d)\n", once, nodes, maxSeen, maxUnavailable)
 	printAgentMemory(procs)
+	// Where the API server's time went during the rollout (every client:
+	// the controller, the agents, the lab's kwok and this bench's watch).
+	fmt.Println("API server during the rollout, by time spent:")
+	for _, line := range loadAfter.Since(loadBefore).Top(12) {
+		fmt.Println("  " + line)
+	}
 	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
 		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
 	if once != nodes || len(obs.Violations()) > 0 {

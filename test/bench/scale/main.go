@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
@@ -745,42 +744,18 @@ func settle(ctx context.Context, cs *kubernetes.Clientset, limit time.Duration) 
 // POST, PUT, PATCH, DELETE and APPLY, every client), by verb, resource and
 // subresource.
 func writes(ctx context.Context, cs *kubernetes.Clientset) (map[string]float64, error) {
-	raw, err := cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	load, err := stats.ReadAPIServerLoad(ctx, cs.RESTClient())
 	if err != nil {
-		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+		return nil, err
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") {
-			continue
-		}
-		verb := label(line, "verb")
-		if !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb) {
-			continue
-		}
-		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			key := verb + " " + label(line, "resource")
-			if sub := label(line, "subresource"); sub != "" {
-				key += "/" + sub
-			}
-			out[key] += f
+	for kind, n := range load.Requests {
+		verb, _, _ := strings.Cut(kind, " ")
+		if slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE", "APPLY"}, verb) {
+			out[kind] = n
 		}
 	}
-	return out, sc.Err()
-}
-
-// label is the value of a Prometheus sample line's label ("" if absent).
-func label(line, name string) string {
-	_, v, ok := strings.Cut(line, name+`="`)
-	if !ok {
-		return ""
-	}
-	v, _, _ = strings.Cut(v, `"`)
-	return v
+	return out, nil
 }
 
 func total(w map[string]float64) float64 {
