@@ -77,3 +77,21 @@ func printControllerView(ctx context.Context, metricsURL string) error {
 	fmt.Println()
 	return nil
 }
+
+// printClientRequests prints the requests the manager made since its
+// start: which of the API server's requests are the controller's (the
+// rest are the agents', kwok's, the simulated reboots' and this bench's
+// watch; the light agents share this process's client metrics with the
+// bench's own client, so they are not told apart here).
+func printClientRequests(ctx context.Context, metricsURL string) {
+	fams, err := stats.Scrape(ctx, metricsURL)
+	if err != nil {
+		fmt.Printf("requests by the manager: %v\n", err)
+		return
+	}
+	list := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		list = append(list, f)
+	}
+	fmt.Printf("requests by the manager (since its start): %s\n", stats.ClientRequests(list))
+}

@@ -222,6 +222,7 @@ func run(nodes, maxUnavailable int, downtime, soak time.Duration, agents, manage
 	for _, line := range loadAfter.Since(loadBefore).Top(12) {
 		fmt.Println("  " + line)
 	}
+	printClientRequests(ctx, m.MetricsURL)
 	fmt.Printf("reboot_overhead_pct=%.1f decision_p99_s=%.3f max_unavailable_seen=%d budget=%d nodes=%d rebooted_once=%d total_s=%.1f ideal_s=%.1f\n",
 		overhead, p99, maxSeen, maxUnavailable, nodes, once, total.Seconds(), ideal.Seconds())
 	if once != nodes || len(obs.Violations()) > 0 {

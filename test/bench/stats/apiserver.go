@@ -118,3 +118,29 @@ func (l APIServerLoad) Top(n int) []string {
 	}
 	return out
 }
+
+// ClientRequests is a client's rest_client_requests_total (client-go's
+// count of the requests it made, as controller-runtime and agentkube
+// export it) by method, from a scrape or a Gather of its registry, as
+// "METHOD n" sorted by method.
+func ClientRequests(fams []*dto.MetricFamily) string {
+	by := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "rest_client_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			by[labelOf(m, "method")] += m.GetCounter().GetValue()
+		}
+	}
+	methods := make([]string, 0, len(by))
+	for m := range by {
+		methods = append(methods, m)
+	}
+	sort.Strings(methods)
+	parts := make([]string, 0, len(methods))
+	for _, m := range methods {
+		parts = append(parts, fmt.Sprintf("%s %.0f", m, by[m]))
+	}
+	return strings.Join(parts, ", ")
+}

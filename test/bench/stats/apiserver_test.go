@@ -2,7 +2,12 @@ package stats
 
 import (
 	"slices"
+	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 const sample = `# TYPE apiserver_request_total counter
@@ -49,4 +54,34 @@ func TestAPIServerLoad(t *testing.T) {
 	if !slices.Equal(top, want) {
 		t.Errorf("Top(1) = %q, want %q", top, want)
 	}
+}
+
+// A client's requests are summed over codes and hosts, by method.
+func TestClientRequests(t *testing.T) {
+	fams, err := parseFamilies(`# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="200",host="a",method="PATCH"} 3
+rest_client_requests_total{code="409",host="a",method="PATCH"} 1
+rest_client_requests_total{code="200",host="b",method="GET"} 2
+# TYPE other_total counter
+other_total 9
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ClientRequests(fams), "GET 2, PATCH 4"; got != want {
+		t.Errorf("ClientRequests = %q, want %q", got, want)
+	}
+}
+
+func parseFamilies(text string) ([]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	m, err := parser.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*dto.MetricFamily, 0, len(m))
+	for _, f := range m {
+		out = append(out, f)
+	}
+	return out, nil
 }
