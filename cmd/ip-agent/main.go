@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -39,7 +40,19 @@ const expiryMargin = 500 * time.Millisecond
 // address lifetime after expiryMargin.
 const minLeaseDuration = 2 * time.Second
 
+// gcPercent is the ip-agent's GOGC unless the environment sets one. The
+// agent runs on every node and allocates little: its live heap is a few
+// MiB, and Go's default (100) lets the heap grow to twice that between
+// collections, which on the nodes that hold addresses was 3.5-4 MiB of
+// its peak (docs/benchmarks.md, "The real ip-agent's memory"). Collecting
+// twice as often costs a busy-ish agent a fraction of a millisecond a
+// second.
+const gcPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	if err := run(signals.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "ip-agent:", err)
 		os.Exit(1)
