@@ -3,15 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -226,4 +229,55 @@ func patchAnnotations(ctx context.Context, g Gomega, node string, ann map[string
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(k8s.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, patch))).To(Succeed())
+}
+
+// Cancel as an operator with node patch rights, under the policy that
+// keeps the reboot protocol's order annotations to the controller
+// (config/policy/reboot-order.yaml): a request the controller has queued
+// (needed-since) and one it has approved are both withdrawn. The command
+// writes needed=false alone; the place in the queue is the controller's to
+// forget.
+func TestCancelAsAnOperator(t *testing.T) {
+	g := NewWithT(t)
+	ctx := t.Context()
+	g.Expect(env.Apply(ctx, "config/policy/reboot-order.yaml")).To(Succeed())
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "test-node-operator"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "patch"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "test-node-operator"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "ops"}}}
+	g.Expect(k8s.Create(ctx, role)).To(Succeed())
+	g.Expect(k8s.Create(ctx, binding)).To(Succeed())
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), binding)
+		_ = k8s.Delete(context.Background(), role)
+	})
+	rebootNodes(ctx, g, "cx", "cx-1", "cx-2")
+	since := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	patchAnnotations(ctx, g, "cx-1", map[string]any{rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since})
+	patchAnnotations(ctx, g, "cx-2", map[string]any{rebootv1.AnnotationNeeded: "true", rebootv1.AnnotationNeededSince: since,
+		rebootv1.AnnotationInProgress: since, rebootv1.AnnotationBootID: "boot-cx-2"})
+	operator := []string{"--as", "jane@example.com", "--as-group", "ops"}
+
+	// The policy takes a moment to load: until the operator is refused an
+	// order, a cancel proves nothing.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "jane@example.com", Groups: []string{"ops"}}
+	jane, err := client.New(cfg, client.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	order := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"x"}}}`, rebootv1.AnnotationNow))
+	g.Eventually(func() error {
+		return jane.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cx-1"}}, order, client.DryRunAll)
+	}, 10*time.Second, 100*time.Millisecond).Should(MatchError(ContainSubstring("only the kubext reboot controller may set or change")))
+
+	out, _, err := kubectl(ctx, append(operator, "reboot", "cancel", "cx-1", "cx-2")...)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("node/cx-1: reboot request withdrawn"))
+	g.Expect(out).To(ContainSubstring("node/cx-2: reboot request withdrawn"))
+	for _, name := range []string{"cx-1", "cx-2"} {
+		n := &corev1.Node{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, n)).To(Succeed())
+		g.Expect(n.Annotations).To(HaveKeyWithValue(rebootv1.AnnotationNeeded, "false"), name)
+		g.Expect(n.Annotations).To(HaveKeyWithValue(rebootv1.AnnotationNeededSince, since), name)
+	}
 }

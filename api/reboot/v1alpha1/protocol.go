@@ -30,7 +30,10 @@ const (
 	AnnotationNeeded = "reboot.kubext.io/needed"
 
 	// AnnotationNeededSince is the time the controller first saw
-	// AnnotationNeeded; the longest-waiting node is approved first.
+	// AnnotationNeeded; the longest-waiting node is approved first. Only the
+	// controller writes it (the place in the queue is not the requester's
+	// to choose): it removes it when the request is withdrawn before the
+	// approval, so that asking again queues anew.
 	AnnotationNeededSince = "reboot.kubext.io/needed-since"
 
 	// AnnotationInProgress is the time the controller approved the node. While

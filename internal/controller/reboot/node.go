@@ -50,18 +50,28 @@ func (r *Reconciler) advance(s *state, name string, g group, now time.Time, next
 }
 
 // noteNeeded records when each node asking for a reboot was first seen
-// asking (the longest-waiting are approved first). It is bookkeeping, made
-// after the decisions: a thousand nodes asking at once must not hold up
-// the first approvals.
+// asking (the longest-waiting are approved first), and forgets it for a
+// node that no longer asks and holds no slot: a request withdrawn while it
+// waited (`kubectl kubext reboot cancel`, or needed removed by hand), so
+// that asking again queues anew. Only the controller may write it
+// (config/policy/reboot-order.yaml: the place in the queue is not the
+// requester's to choose), so withdrawing leaves it to this. It is
+// bookkeeping, made after the decisions: a thousand nodes asking at once
+// must not hold up the first approvals.
 func (r *Reconciler) noteNeeded(s *state, now time.Time) []*nodeWrite {
 	var writes []*nodeWrite
 	for _, name := range s.names() {
 		n, pn := s.nodes[name], s.planned[name]
-		if _, noted := n.Annotations[rebootv1.AnnotationNeededSince]; !pn.Needs() || pn.HoldsSlot() || noted {
+		_, noted := n.Annotations[rebootv1.AnnotationNeededSince]
+		if pn.HoldsSlot() || noted == pn.Needs() {
 			continue
 		}
 		c := n.DeepCopy()
-		c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
+		if noted {
+			delete(c.Annotations, rebootv1.AnnotationNeededSince)
+		} else {
+			c.Annotations[rebootv1.AnnotationNeededSince] = stamp(now)
+		}
 		writes = append(writes, &nodeWrite{orig: n, changed: c})
 	}
 	return writes

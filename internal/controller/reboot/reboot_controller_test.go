@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rebootv1 "github.com/kubext/kubext/api/reboot/v1alpha1"
+	"github.com/kubext/kubext/internal/rebootplan"
 )
 
 // A group of six nodes, all asking at once, with maxUnavailable 2: every
@@ -400,5 +401,34 @@ func patchGroup(t *testing.T, g *rebootv1.RebootGroup, mergePatch string) {
 	t.Helper()
 	if err := k8s.Patch(context.Background(), g.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(mergePatch))); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A request withdrawn while it waits (`kubectl kubext reboot cancel` writes
+// needed=false and nothing else: the order policy keeps needed-since to
+// the controller) loses its place in the queue: the controller forgets
+// needed-since, and a new request queues from when it is made.
+func TestWithdrawnWaitingRequestLeavesTheQueue(t *testing.T) {
+	g := makeGroup(t, "requeue", intstr.FromInt32(1), func(s *rebootv1.RebootGroupSpec) { s.Paused = true })
+	makeNode(t, g.Name, "requeue-0", nil)
+	annotate(t, "requeue-0", rebootv1.AnnotationNeeded, "true")
+	var first string
+	eventually(t, "the request noted", func() (bool, error) {
+		first = getNode(t, "requeue-0").Annotations[rebootv1.AnnotationNeededSince]
+		return first != "", nil
+	})
+	annotate(t, "requeue-0", rebootv1.AnnotationNeeded, "false")
+	eventually(t, "its place forgotten", func() (bool, error) {
+		_, noted := getNode(t, "requeue-0").Annotations[rebootv1.AnnotationNeededSince]
+		return !noted, nil
+	})
+	time.Sleep(10 * time.Millisecond) // the stamps have milliseconds
+	annotate(t, "requeue-0", rebootv1.AnnotationNeeded, "true")
+	eventually(t, "the new request noted anew", func() (bool, error) {
+		again := getNode(t, "requeue-0").Annotations[rebootv1.AnnotationNeededSince]
+		return again != "" && again > first, nil
+	})
+	if n := getNode(t, "requeue-0"); rebootplan.NodeFrom(n).HoldsSlot() {
+		t.Fatal("a node of a paused group was approved")
 	}
 }

@@ -84,8 +84,10 @@ func (o *cancelOptions) cancel(ctx context.Context, c client.Client, name string
 		if changed.Annotations == nil {
 			changed.Annotations = map[string]string{}
 		}
+		// needed=false and nothing else: the controller forgets the
+		// node's place in the queue (needed-since), which only it may
+		// write (config/policy/reboot-order.yaml).
 		changed.Annotations[rebootv1.AnnotationNeeded] = "false"
-		delete(changed.Annotations, rebootv1.AnnotationNeededSince)
 		err := c.Patch(ctx, changed, client.MergeFromWithOptions(node, client.MergeFromWithOptimisticLock{}))
 		if apierrors.IsConflict(err) {
 			continue
