@@ -63,8 +63,8 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ip-agent", flag.ContinueOnError)
 	config.RegisterFlags(fs)
 	var (
-		node, namespace, iface, excludeSNAT, metricsAddr, probeAddr string
-		leaseDuration, renewInterval, resync                        time.Duration
+		node, namespace, iface, excludeSNAT, metricsAddr, probeAddr, pprofAddr string
+		leaseDuration, renewInterval, resync                                   time.Duration
 	)
 	fs.StringVar(&node, "node-name", os.Getenv("NODE_NAME"), "Name of this node (default $NODE_NAME).")
 	fs.StringVar(&namespace, "heartbeat-namespace", "kubext-system", "Namespace of the heartbeat Lease.")
@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	wf.BindFlags(fs)
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8082", "Probe address (/healthz, /readyz).")
+	fs.StringVar(&pprofAddr, "pprof-bind-address", "0", "Go profiling address (/debug/pprof; 0 = off). Bind it to 127.0.0.1: profiles show what the agent does.")
 	skipPolicyCheck := fs.Bool(policyCheckFlag, false, "UNSAFE: start even when the admission policy that confines this agent to its own node "+
 		"(config/policy/ip-agent.yaml) is not in force, e.g. on a cluster without ValidatingAdmissionPolicy. Without it the agent can rewrite any IP's status and any Lease of its namespace.")
 	opts := zap.Options{Development: true}
@@ -253,6 +254,7 @@ func run(ctx context.Context, args []string) error {
 	g.Go(func() error { return duty.Start(ctx) })
 	g.Go(func() error { return recorder.Run(ctx) })
 	g.Go(func() error { return agentkube.ServeMetrics(ctx, metricsAddr) })
+	g.Go(func() error { return agentkube.ServePprof(ctx, pprofAddr) })
 	g.Go(func() error {
 		return agentkube.ServeProbes(ctx, probeAddr,
 			agentkube.Check{Name: "informers", Check: agent.Ready},

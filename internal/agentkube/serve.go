@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -71,6 +72,20 @@ func ServeProbes(ctx context.Context, addr string, ready ...Check) error {
 func ServeMetrics(ctx context.Context, addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(Registry, promhttp.HandlerOpts{}))
+	return serve(ctx, addr, mux)
+}
+
+// ServePprof answers Go's profiling endpoints (/debug/pprof/...) on addr
+// until ctx ends; "" or "0" (the agents' default) serves nothing. For a
+// person finding where an agent's CPU or memory goes: bind it to the
+// loopback address of the node.
+func ServePprof(ctx context.Context, addr string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return serve(ctx, addr, mux)
 }
 

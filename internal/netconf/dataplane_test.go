@@ -22,9 +22,9 @@ import (
 // topology_test.go, runs a Dataplane against the node namespace, and
 // checks what the client and the pod observe.
 
-func newDataplane(t *testing.T, topo *topology, mutate ...func(*Options)) *Dataplane {
+func newDataplane(t testing.TB, topo *topology, mutate ...func(*Options)) *Dataplane {
 	t.Helper()
-	opts := Options{NetNSPath: topo.node.path(), ExcludeSNAT: excludeAll, Log: testr.New(t)}
+	opts := Options{NetNSPath: topo.node.path(), ExcludeSNAT: excludeAll, Log: testr.NewWithInterface(t, testr.Options{})}
 	for _, m := range mutate {
 		m(&opts)
 	}
@@ -36,7 +36,7 @@ func newDataplane(t *testing.T, topo *topology, mutate ...func(*Options)) *Datap
 	return d
 }
 
-func apply(t *testing.T, d *Dataplane, desired ...Assignment) Report {
+func apply(t testing.TB, d *Dataplane, desired ...Assignment) Report {
 	t.Helper()
 	r, err := d.Apply(context.Background(), desired)
 	if err != nil {

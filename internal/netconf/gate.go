@@ -256,7 +256,7 @@ func (k *kernel) refreshGate(adm pass) error {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		err := k.refreshGateOnce(adm)
+		err := k.onOneSocket(func() error { return k.refreshGateOnce(adm) })
 		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
 			return err
 		}

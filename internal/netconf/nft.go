@@ -494,7 +494,7 @@ func (k *kernel) ruleset() *ruleset {
 // rather than coming back; the batch is then built again from a new read.
 func (k *kernel) refreshNAT(adm pass) error {
 	for attempt := 1; ; attempt++ {
-		err := k.refreshNATOnce(adm)
+		err := k.onOneSocket(func() error { return k.refreshNATOnce(adm) })
 		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
 			return err
 		}

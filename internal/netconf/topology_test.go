@@ -78,7 +78,7 @@ type topology struct {
 	nodeUplink        int // index of the node's eth0
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces")
@@ -86,7 +86,7 @@ func needRoot(t *testing.T) {
 }
 
 // newTopology builds the namespaces and links; t.Cleanup removes them.
-func newTopology(t *testing.T) *topology {
+func newTopology(t testing.TB) *topology {
 	t.Helper()
 	needRoot(t)
 	g := gomega.NewWithT(t)
@@ -134,7 +134,7 @@ func mustCIDR(s string) *net.IPNet {
 
 // newTestNS creates a named namespace with its loopback up. Leftovers of
 // an earlier run that crashed are removed first.
-func newTestNS(t *testing.T, name string) *testNS {
+func newTestNS(t testing.TB, name string) *testNS {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
 		if err := netns.DeleteNamed(name); err != nil {
@@ -189,7 +189,7 @@ func newTestNS(t *testing.T, name string) *testNS {
 
 // addr adds addresses (IPv6 without duplicate address detection) to a
 // link and sets it up.
-func addAddrs(t *testing.T, n *testNS, link string, cidrs ...string) {
+func addAddrs(t testing.TB, n *testNS, link string, cidrs ...string) {
 	t.Helper()
 	l, err := n.nl.LinkByName(link)
 	if err != nil {
@@ -212,7 +212,7 @@ func addAddrs(t *testing.T, n *testNS, link string, cidrs ...string) {
 	}
 }
 
-func route(t *testing.T, n *testNS, r *netlink.Route) {
+func route(t testing.TB, n *testNS, r *netlink.Route) {
 	t.Helper()
 	if err := n.nl.RouteAdd(r); err != nil {
 		t.Fatalf("%s: add route %s: %v", n.name, r, err)
@@ -220,7 +220,7 @@ func route(t *testing.T, n *testNS, r *netlink.Route) {
 }
 
 // sysctl reads or (with a value) writes a sysctl in the namespace.
-func sysctl(t *testing.T, n *testNS, name string, value ...string) string {
+func sysctl(t testing.TB, n *testNS, name string, value ...string) string {
 	t.Helper()
 	p := "/proc/sys/" + strings.ReplaceAll(name, ".", "/")
 	var out string

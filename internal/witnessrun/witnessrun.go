@@ -188,14 +188,16 @@ func (w *Run) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.vouched:
-			if !w.agent.HoldsOnWitnesses() {
-				w.agent.Poke() // a claim may be waiting for this quorum
-				continue
-			}
 			if w.agent.QuorumReached() {
-				// A new IP's claim was waiting for this quorum: without the
-				// poke it waits for the pass's requeue (up to 750 ms).
+				// A claim was waiting for this quorum: without the poke it
+				// waits for the pass's requeue (up to 750 ms). Only then:
+				// witnesses vouch every probe interval, and a pass on
+				// every vouch was twenty passes a second on every node of
+				// a Witness pool, for nothing.
 				w.agent.Poke()
+			}
+			if !w.agent.HoldsOnWitnesses() {
+				continue
 			}
 			if err := w.dp.Refresh(); errors.Is(err, netconf.ErrLapsed) {
 				w.agent.Poke()

@@ -719,8 +719,8 @@ func podIsReady(p *corev1.Pod) bool {
 	return false
 }
 
-// agentPeakRSS prints the peak resident memory (VmHWM) of each node's
-// running ip-agent process — the real binary, with the deployed agent's
+// agentPeakRSS prints the peak resident memory (VmHWM), and the CPU over
+// its life, of each node's running ip-agent process — the real binary, with the deployed agent's
 // identity, caches and witness peer, through every trial it lived — and
 // returns the largest, in MiB (issue 12: an agent within 30 MiB).
 func (b *bench) agentPeakRSS() float64 {
@@ -737,8 +737,9 @@ func (b *bench) agentPeakRSS() float64 {
 			continue
 		}
 		m, _ := stats.ReadMemory(p.PID())
-		fmt.Printf("ip-agent on %s: peak RSS %.1f MiB; now %.1f MiB, of which anonymous (heap, stacks) %.1f MiB, mapped files (the binary) %.1f MiB\n",
-			n, m.Peak, m.Now, m.Anon, m.File)
+		cpu, _ := stats.ReadCPU(p.PID())
+		fmt.Printf("ip-agent on %s: peak RSS %.1f MiB; now %.1f MiB, of which anonymous (heap, stacks) %.1f MiB, mapped files (the binary) %.1f MiB; CPU %.2f s in %.0f s (%.1f %% of a core)\n",
+			n, m.Peak, m.Now, m.Anon, m.File, cpu.Seconds, cpu.Lived, cpu.Share())
 		peak = max(peak, m.Peak)
 	}
 	return peak
