@@ -312,9 +312,9 @@ func openKernel(opts Options, ns netns.NsHandle, egress *egressSupport) (*kernel
 // onOneSocket runs fn with every nftables request on one netlink socket
 // (a lasting connection), closed when fn returns. Otherwise each request
 // opens a socket of its own in the node's namespace, and a refresh, which
-// runs on every witness vouch, is a dozen of them: most of its cost
-// (BenchmarkRefresh: 9.9 ms and 525 kB a refresh on a socket per request,
-// 3.7 ms and 390 kB on one). The socket serves one attempt only, so a
+// runs on every witness vouch, is a dozen of them: about half its CPU
+// (BenchmarkRefresh; figures in docs/benchmarks.md, "The ip-agent's
+// floor"). The socket serves one attempt only, so a
 // reply or acknowledgement that a failed request left unread on it never
 // reaches a later request (google/nftables does not match replies to
 // requests by sequence number). Only for a kernel used by one goroutine
