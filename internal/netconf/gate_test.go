@@ -257,3 +257,45 @@ func TestHoldGateDropsFramesQueuedBeforeItsDeadline(t *testing.T) {
 		})
 	}
 }
+
+// RefreshGate moves the gate and nothing else: a passed deadline silences
+// the address, a later one brings it back without an Apply, the address's
+// whole-second lifetime is left to run (Refresh rewrites it), and once
+// fenced it opens nothing.
+func TestRefreshGateMovesOnlyTheGate(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	d, hold, _ := gatedDataplane(t, topo)
+	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
+	serve(t, topo.pod, port(podV4, 8080), false)
+	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
+	validLft := func() uint32 {
+		addrs, err := topo.node.nl.AddrList(nil, netlink.FAMILY_V4)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		for _, a := range addrs {
+			if a.IP.Equal(staticV4.AsSlice()) {
+				return uint32(a.ValidLft)
+			}
+		}
+		return 0
+	}
+	written := validLft()
+	g.Expect(written).To(gomega.BeNumerically(">", 1))
+
+	hold(-time.Second)
+	g.Expect(d.RefreshGate()).To(gomega.Succeed())
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "a connection after the deadline")
+	// The lifetime's clock moves on by a whole second meanwhile.
+	time.Sleep(1100 * time.Millisecond)
+	hold(time.Hour)
+	g.Expect(d.RefreshGate()).To(gomega.Succeed())
+	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
+	left := validLft()
+	g.Expect(left).To(gomega.BeNumerically("<", written), "RefreshGate rewrote the address's lifetime")
+	g.Expect(d.Refresh()).To(gomega.Succeed())
+	g.Expect(validLft()).To(gomega.BeNumerically(">", left), "Refresh rewrites it")
+
+	g.Expect(d.Fence(context.Background())).To(gomega.Succeed())
+	g.Expect(d.RefreshGate()).To(gomega.MatchError(ErrFenced))
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "after Fence")
+}

@@ -436,6 +436,32 @@ func (d *Dataplane) Refresh() error {
 	return nil
 }
 
+// RefreshGate moves the hold gate's deadline to Options.GateDeadline and
+// does nothing else: the part of Refresh that follows a hold to the
+// millisecond, for a caller that refreshes far more often than the
+// whole-second lifetimes need (the ip-agent on every witness vouch, with
+// a full Refresh a few times a second). Like Refresh it never waits for an
+// Apply and adds nothing once the dataplane is fenced; unlike it, it does
+// not say whether something lapsed.
+func (d *Dataplane) RefreshGate() error {
+	if d.opts.GateDeadline == nil {
+		return nil
+	}
+	if d.isClosed() {
+		return errClosed
+	}
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	adm := d.gate.issue(context.Background())
+	if err := adm.valid(); err != nil {
+		return err
+	}
+	if err := d.refresher.refreshGate(adm); err != nil {
+		return fmt.Errorf("netconf: %w", err)
+	}
+	return nil
+}
+
 // refresh rewrites what it finds, as it finds it; each rewrite is an add.
 // It returns how many of kubext's addresses it found.
 func (k *kernel) refresh(adm pass) (int, error) {

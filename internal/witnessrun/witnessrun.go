@@ -69,7 +69,24 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 // Refresher is what the run needs of the data plane: restart the
 // addresses' lifetimes as the witnesses vouch (netconf.Dataplane.Refresh:
 // netconf.ErrLapsed when something had expired).
-type Refresher interface{ Refresh() error }
+type Refresher interface {
+	// Refresh rewrites every deadline the node's data plane keeps (the
+	// hold gate, address lifetimes, NAT timeouts) and says whether
+	// something lapsed.
+	Refresh() error
+	// RefreshGate moves the hold gate's deadline alone.
+	RefreshGate() error
+}
+
+// fullRefreshEvery is how often a holder's data plane is refreshed whole
+// while its witnesses vouch; in between, each vouch moves only the hold
+// gate, which follows the witnesses' word to the millisecond. Address
+// lifetimes and NAT timeouts are whole seconds (one second at the default
+// lease, the shortest a write may give), so four full refreshes a second
+// leave them at least 750 ms, more than a Lease holder's renewals every
+// 500 ms do; twenty were most of a holder's CPU (docs/benchmarks.md, "The
+// ip-agent's floor").
+const fullRefreshEvery = 250 * time.Millisecond
 
 // Run is the agent's peer; Start runs it.
 type Run struct {
@@ -183,6 +200,7 @@ func (w *Run) Start(ctx context.Context) error {
 func (w *Run) follow(ctx context.Context) {
 	check := time.NewTicker(w.timing.HoldFor / 2)
 	defer check.Stop()
+	var lastFull time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,7 +217,11 @@ func (w *Run) follow(ctx context.Context) {
 			if !w.agent.HoldsOnWitnesses() {
 				continue
 			}
-			if err := w.dp.Refresh(); errors.Is(err, netconf.ErrLapsed) {
+			refresh := w.dp.RefreshGate
+			if now := time.Now(); now.Sub(lastFull) >= fullRefreshEvery {
+				refresh, lastFull = w.dp.Refresh, now
+			}
+			if err := refresh(); errors.Is(err, netconf.ErrLapsed) {
 				w.agent.Poke()
 			}
 		case <-check.C:

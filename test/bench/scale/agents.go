@@ -63,7 +63,8 @@ func (d *recorder) Current() ([]netconf.Assignment, error) {
 }
 
 // Refresh is netconf.Dataplane.Refresh: nothing here expires.
-func (d *recorder) Refresh() error { return nil }
+func (d *recorder) Refresh() error     { return nil }
+func (d *recorder) RefreshGate() error { return nil }
 
 func (d *recorder) Fence(context.Context) error {
 	d.mu.Lock()
