@@ -115,6 +115,16 @@ func TestValuesReachTheManifests(t *testing.T) {
 		"system:serviceaccount:"+namespace+":acme-controller-manager") {
 		t.Errorf("reboot-orders policy does not exempt the release's manager (%s/acme-controller-manager): %v", namespace, rp)
 	}
+	// and only it writes the release's approvals ledger.
+	var lp string
+	if o := byKey["ValidatingAdmissionPolicy/acme-reboot-ledger.reboot.kubext.io"]; o != nil {
+		lp = canonical(nested(o.Object, "spec", "matchConditions"))
+	}
+	for _, want := range []string{"'" + namespace + "/acme-reboot-ledger'", "system:serviceaccount:" + namespace + ":acme-controller-manager"} {
+		if !strings.Contains(lp, want) {
+			t.Errorf("reboot-ledger policy's conditions %s do not name %s", lp, want)
+		}
+	}
 	for key := range byKey {
 		if strings.HasSuffix(key, "-editor-role") || strings.HasSuffix(key, "-viewer-role") {
 			t.Errorf("rbac.aggregatedRoles=false still renders %s", key)

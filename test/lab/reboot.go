@@ -150,7 +150,7 @@ func (l *Lab) InstallRebootAgent(ctx context.Context) error {
 	if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-k", dir); err != nil {
 		return err
 	}
-	for _, policy := range []string{"reboot-agent.yaml", "reboot-order.yaml"} {
+	for _, policy := range []string{"reboot-agent.yaml", "reboot-order.yaml", "reboot-ledger.yaml"} {
 		if _, err := l.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(root, "config", "policy", policy)); err != nil {
 			return err
 		}

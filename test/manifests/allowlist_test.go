@@ -91,7 +91,7 @@ var (
 	podSecurityFields       = []string{"runAsNonRoot", "seccompProfile"}
 	containerSecurityFields = []string{
 		"allowPrivilegeEscalation", "capabilities", "privileged", "readOnlyRootFilesystem", "runAsNonRoot",
-		"runAsUser", "seccompProfile",
+		"runAsGroup", "runAsUser", "seccompProfile",
 	}
 	mountFields = []string{"mountPath", "name", "readOnly"}
 )
@@ -262,6 +262,18 @@ func checkContainer(c corev1.Container, psc corev1.PodSecurityContext, a *allowa
 	runsAsRoot := !nonRoot || (user != nil && *user == 0)
 	if runsAsRoot && !a.root {
 		bad("may run as root (runAsNonRoot %v, runAsUser %v)", nonRoot, ptr.Deref(user, -1))
+	}
+	group := sc.RunAsGroup
+	if group == nil {
+		group = psc.RunAsGroup
+	}
+	// The kernel lets a process read another's environment, memory and
+	// /proc/PID/root when their user and group IDs match and the target
+	// holds no capability the reader lacks: a root container with every
+	// capability dropped, for one. In the host's PID namespace, root must
+	// not also be root's group.
+	if runsAsRoot && a.hostPID && !privileged && ptr.Deref(group, 0) == 0 {
+		bad("runs as root in the host's PID namespace with group 0 (runAsGroup %v): it could read root containers' /proc", ptr.Deref(group, -1))
 	}
 	for _, p := range c.Ports {
 		if p.HostPort != 0 && !a.hostNetwork {

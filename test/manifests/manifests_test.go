@@ -155,6 +155,8 @@ func TestAllowlistCatchesEscalations(t *testing.T) {
 		{"an init container", "manager", "field initContainers is not allowed", func(s map[string]any) {
 			s["initContainers"] = []any{map[string]any{"name": "x", "image": "busybox"}}
 		}},
+		{"root's group for the reboot-agent", "reboot-agent", "with group 0", func(s map[string]any) { delete(security(s), "runAsGroup") }},
+		{"group 0 for the reboot-agent", "reboot-agent", "with group 0", func(s map[string]any) { security(s)["runAsGroup"] = int64(0) }},
 		{"root manager", "manager", "may run as root", func(s map[string]any) { security(s)["runAsUser"] = int64(0) }},
 		{"manager without runAsNonRoot", "manager", "may run as root", func(s map[string]any) {
 			delete(s["securityContext"].(map[string]any), "runAsNonRoot")
