@@ -79,21 +79,39 @@ type Refresher interface {
 }
 
 // fullRefreshEvery is how often a holder's data plane is refreshed whole
-// while its witnesses vouch; in between, each vouch moves only the hold
-// gate, which follows the witnesses' word to the millisecond. Address
-// lifetimes and NAT timeouts are whole seconds (one second at the default
-// lease, the shortest a write may give), so four full refreshes a second
-// leave them at least 750 ms, more than a Lease holder's renewals every
-// 500 ms do; twenty were most of a holder's CPU (docs/benchmarks.md, "The
-// ip-agent's floor").
+// while it holds on its witnesses' word, on a clock of its own; each vouch
+// moves only the hold gate, which follows the witnesses' word to the
+// millisecond. Address lifetimes and NAT timeouts are whole seconds (one
+// second at the default lease, the shortest a write may give), so four
+// full refreshes a second leave them at least 750 ms whatever the
+// witnesses' timing (a vouch every second, at a probe interval of one
+// second, would otherwise let them lapse under a live hold), more than a
+// Lease holder's renewals every 500 ms leave. A refresh without a vouch
+// gives nothing beyond the hold: every lifetime written ends by
+// netconf.Options.HoldDeadline. A full refresh on every vouch, twenty a
+// second, was most of a holder's CPU (docs/benchmarks.md, "The ip-agent's
+// floor").
 const fullRefreshEvery = 250 * time.Millisecond
+
+// follower is what follow needs of the agent (ipagent.Reconciler).
+type follower interface {
+	// HoldsOnWitnesses reports whether the node holds an address on its
+	// witnesses' word.
+	HoldsOnWitnesses() bool
+	// QuorumReached reports whether a claim waited for the quorum that
+	// vouched.
+	QuorumReached() bool
+	HoldDeadline(leaseEnd time.Time, backstop time.Duration) time.Time
+	// Poke asks for a pass.
+	Poke()
+}
 
 // Run is the agent's peer; Start runs it.
 type Run struct {
 	peer    *witnessnet.Peer
 	timing  witness.Timing
 	vouched chan struct{}
-	agent   *ipagent.Reconciler
+	agent   follower
 	dp      Refresher
 	log     logr.Logger
 }
@@ -200,7 +218,16 @@ func (w *Run) Start(ctx context.Context) error {
 func (w *Run) follow(ctx context.Context) {
 	check := time.NewTicker(w.timing.HoldFor / 2)
 	defer check.Stop()
-	var lastFull time.Time
+	full := time.NewTicker(fullRefreshEvery)
+	defer full.Stop()
+	refresh := func(refresh func() error) {
+		if !w.agent.HoldsOnWitnesses() {
+			return
+		}
+		if err := refresh(); errors.Is(err, netconf.ErrLapsed) {
+			w.agent.Poke()
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -214,16 +241,9 @@ func (w *Run) follow(ctx context.Context) {
 				// a Witness pool, for nothing.
 				w.agent.Poke()
 			}
-			if !w.agent.HoldsOnWitnesses() {
-				continue
-			}
-			refresh := w.dp.RefreshGate
-			if now := time.Now(); now.Sub(lastFull) >= fullRefreshEvery {
-				refresh, lastFull = w.dp.Refresh, now
-			}
-			if err := refresh(); errors.Is(err, netconf.ErrLapsed) {
-				w.agent.Poke()
-			}
+			refresh(w.dp.RefreshGate)
+		case <-full.C:
+			refresh(w.dp.Refresh)
 		case <-check.C:
 			if w.agent.HoldsOnWitnesses() && w.agent.HoldDeadline(time.Time{}, 0).Before(time.Now()) {
 				w.agent.Poke() // lapsed: take it off
