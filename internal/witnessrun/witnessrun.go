@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
 	"github.com/kubext/kubext/internal/heartbeat"
@@ -122,6 +124,16 @@ type Run struct {
 // already moved away from), and opens the peer's socket. It waits for the
 // API server: without its declarations the node must not answer any
 // probe. publish asks the heartbeat to write the Lease (Annotations).
+//
+// What it read must also be the last word of every earlier run: a
+// declaration an earlier run sent just before it died may still be on its
+// way (queued in the API server) and land after the read, where the
+// controller counts it although this run never heard of it. So the read
+// is confirmed by a write conditional on it (the new generation, which the
+// heartbeat would publish next anyway) before any probe is answered: every
+// write of an earlier run was conditional on an older version (or was the
+// Lease's creation) and is refused once this one has landed, and if one
+// lands first, this write conflicts and the Lease is read again.
 func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace, node string,
 	agent *ipagent.Reconciler, dp Refresher, publish func(), log logr.Logger) (*Run, error) {
 	if err := c.Timing.Validate(); err != nil {
@@ -138,27 +150,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	if err != nil {
 		return nil, fmt.Errorf("--witness-key-file %s: %w", c.KeyFile, err)
 	}
-	var last witness.Gen
-	var declared map[string]witness.Gen
-	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
-	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		l, err := leases.Leases(namespace).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			return true, nil
-		case err != nil:
-			log.Info("Reading this node's witness declarations back", "lease", name, "error", err.Error())
-			return false, nil
-		}
-		if last, err = witness.ParseGen(l.Annotations[witness.AnnotationGeneration]); err != nil {
-			return false, fmt.Errorf("lease %s: %w", name, err)
-		}
-		declared, err = witness.ParseDeclared(l.Annotations[witness.AnnotationDeclared])
-		if err != nil {
-			return false, fmt.Errorf("lease %s: %w", name, err)
-		}
-		return true, nil
-	})
+	gen, declared, err := restore(ctx, leases.Leases(namespace), node, log)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +164,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 		Timing:   c.Timing,
 		Codec:    codec,
 		Conn:     conn,
-		Gen:      witness.NextGen(last, time.Now()),
+		Gen:      gen,
 		Declared: declared,
 		OnVouched: func() {
 			select {
@@ -201,6 +193,52 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	}
 	log.Info("Witness protocol on", "port", c.Port, "generation", w.peer.Gen(), "declared", len(declared))
 	return w, nil
+}
+
+// restore reads this node's last generation and declarations from its
+// heartbeat Lease and confirms the read with a write conditional on it
+// (see New): the new generation on the Lease, or a Lease with nothing else
+// (no renewal: the heartbeat makes those) when there is none. It retries
+// until both succeed or ctx ends.
+func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, log logr.Logger) (witness.Gen, map[string]witness.Gen, error) {
+	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
+	var gen witness.Gen
+	var declared map[string]witness.Gen
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			gen, declared = witness.NextGen(0, time.Now()), nil
+			_, err = leases.Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{heartbeat.LabelComponent: ipv1.AgentComponent},
+					Annotations: map[string]string{witness.AnnotationGeneration: formatGen(gen)}},
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node)},
+			}, metav1.CreateOptions{})
+		case err != nil:
+		default:
+			last, perr := witness.ParseGen(l.Annotations[witness.AnnotationGeneration])
+			if perr != nil {
+				return false, fmt.Errorf("lease %s: %w", name, perr)
+			}
+			if declared, perr = witness.ParseDeclared(l.Annotations[witness.AnnotationDeclared]); perr != nil {
+				return false, fmt.Errorf("lease %s: %w", name, perr)
+			}
+			gen = witness.NextGen(last, time.Now())
+			l = l.DeepCopy()
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations[witness.AnnotationGeneration] = formatGen(gen)
+			// Carries the resourceVersion read.
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			log.Info("Reading this node's witness declarations back", "lease", name, "error", err.Error())
+			return false, nil
+		}
+		return true, nil
+	})
+	return gen, declared, err
 }
 
 // Peer is the agent's end of the protocol (ipagent.WitnessConfig.Peer).
@@ -269,7 +307,7 @@ func (w *Run) Annotations() map[string]string {
 	if w == nil {
 		return nil
 	}
-	out := map[string]string{witness.AnnotationGeneration: strconv.FormatUint(uint64(w.peer.Gen()), 10)}
+	out := map[string]string{witness.AnnotationGeneration: formatGen(w.peer.Gen())}
 	// Never write fewer declarations than before: leave the old ones.
 	if decl, err := witness.FormatDeclared(w.peer.Declared()); err != nil {
 		w.log.Error(err, "Publishing declarations")
@@ -278,3 +316,6 @@ func (w *Run) Annotations() map[string]string {
 	}
 	return out
 }
+
+// formatGen is a generation as AnnotationGeneration holds it.
+func formatGen(g witness.Gen) string { return strconv.FormatUint(uint64(g), 10) }
