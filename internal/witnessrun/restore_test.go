@@ -132,4 +132,3 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 		t.Fatalf("restored generation %d (before %d), declarations %v; want node-h=3", gen2, gen1, declared)
 	}
 }
-
