@@ -169,7 +169,12 @@ func run(ctx context.Context, args []string) error {
 			}
 			return agent.HoldDeadline(leaseEnd, 0)
 		},
-		Log: log.WithName("netconf"),
+		// A gate write that commits later than this after its deadline
+		// was read closes the gate (a pause in between would carry the
+		// hold past its end): half of what the witnesses' timing leaves
+		// for the gate (fence slack), at most the default.
+		GateLateLimit: min(max(wf.Timing.FenceSlack/2, time.Millisecond), 50*time.Millisecond),
+		Log:           log.WithName("netconf"),
 	})
 	if err != nil {
 		return err

@@ -114,19 +114,60 @@ func (g gateSets) sets() []*nftables.Set {
 // Options.GateDeadline, in whole milliseconds; ok is false when the
 // deadline has passed (the element is not written, so the address stays
 // silent). Without a deadline elements never expire.
-func (k *kernel) gateTimeout() (timeout time.Duration, ok bool) {
+func (k *kernel) gateTimeout(now time.Time) (timeout time.Duration, ok bool) {
 	if k.opts.GateDeadline == nil {
 		return 0, true
 	}
-	left := time.Until(k.opts.GateDeadline()).Truncate(time.Millisecond)
+	left := k.opts.GateDeadline().Sub(now).Truncate(time.Millisecond)
 	return left, left >= time.Millisecond
+}
+
+// errGateLate says a gate write committed too late (see gateCommitted).
+var errGateLate = fmt.Errorf("%w (the hold gate's write committed late and was closed)", ErrLapsed)
+
+// gateCommitted checks a gate write that committed before done, whose
+// timeouts were computed at computed. The kernel counts an element's
+// timeout from the commit, so a write held up between the two (the agent
+// stopped, frozen or starved of CPU) keeps the gate open past the
+// deadline by as long: more than Options.GateLateLimit, and the gate is
+// closed at once (a refresh opens it again, to the deadline counted
+// afresh) and errGateLate returned, which is ErrLapsed: apply again.
+func (k *kernel) gateCommitted(computed, done time.Time) error {
+	if k.opts.GateDeadline == nil || computed.IsZero() {
+		return nil
+	}
+	late := done.Sub(computed)
+	if late <= k.opts.GateLateLimit {
+		return nil
+	}
+	k.log.Info("A hold gate write committed late: closing the gate until the next refresh", "late", late, "limit", k.opts.GateLateLimit)
+	if err := k.closeGate(); err != nil {
+		return errors.Join(errGateLate, err)
+	}
+	return errGateLate
+}
+
+// flushGate flushes b, which holds gate elements whose timeouts were
+// computed at computed, through adm, and checks how late it committed.
+func (k *kernel) flushGate(adm pass, b *nftables.Conn, computed time.Time) error {
+	if err := adm.add(func() error {
+		if k.beforeGateFlush != nil {
+			k.beforeGateFlush()
+		}
+		return b.Flush()
+	}); err != nil {
+		return err
+	}
+	return k.gateCommitted(computed, time.Now())
 }
 
 // gateElements are the owned and held elements for the addresses, by set
 // name (inet table) and for the arp table.
-func (k *kernel) gateElements(addrs []netip.Addr) (owned, held map[string][]nftables.SetElement, arpOwned, arpHeld []nftables.SetElement) {
+// computed is when their timeout was computed.
+func (k *kernel) gateElements(addrs []netip.Addr) (owned, held map[string][]nftables.SetElement, arpOwned, arpHeld []nftables.SetElement, computed time.Time) {
 	owned, held = map[string][]nftables.SetElement{}, map[string][]nftables.SetElement{}
-	timeout, ok := k.gateTimeout()
+	computed = time.Now()
+	timeout, ok := k.gateTimeout(computed)
 	for _, a := range addrs {
 		f := familyOf(a)
 		owned["owned"+f.suffix] = append(owned["owned"+f.suffix], nftables.SetElement{Key: a.AsSlice()})
@@ -141,7 +182,7 @@ func (k *kernel) gateElements(addrs []netip.Addr) (owned, held map[string][]nfta
 			arpHeld = append(arpHeld, nftables.SetElement{Key: a.AsSlice(), Timeout: timeout})
 		}
 	}
-	return owned, held, arpOwned, arpHeld
+	return owned, held, arpOwned, arpHeld, computed
 }
 
 // writeGate queues, in b, the gate's elements for addrs (the addresses
@@ -151,10 +192,11 @@ func (k *kernel) gateElements(addrs []netip.Addr) (owned, held map[string][]nfta
 // elements read before, by set name, with "arp/" before the arp table's
 // and "netdev/" before the egress table's. eg is the egress gate wanted
 // (nil: none); est what readGate found of it: its sets are updated when
-// it is eg already, and it is replaced whole otherwise.
-func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, eg *egressGate, est egressState, addrs []netip.Addr, have map[string][]nftables.SetElement) error {
+// it is eg already, and it is replaced whole otherwise. It returns when
+// the held elements' timeouts were computed (for flushGate).
+func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, eg *egressGate, est egressState, addrs []netip.Addr, have map[string][]nftables.SetElement) (time.Time, error) {
 	g := rs.gate
-	owned, held, arpOwned, arpHeld := k.gateElements(addrs)
+	owned, held, arpOwned, arpHeld, computed := k.gateElements(addrs)
 	queue := func(s *nftables.Set, have, want []nftables.SetElement, refresh bool) error {
 		del, add := diffElements(have, want)
 		if refresh {
@@ -192,7 +234,7 @@ func (k *kernel) writeGate(b *nftables.Conn, rs *ruleset, eg *egressGate, est eg
 	default:
 		errs = append(errs, addEgressTable(b, eg, owned, held))
 	}
-	return errors.Join(errs...)
+	return computed, errors.Join(errs...)
 }
 
 // readGate reads the gate's elements (see writeGate for the names) and
@@ -290,10 +332,11 @@ func (k *kernel) refreshGateOnce(adm pass) error {
 		return nil
 	}
 	b := k.batch()
-	if err := k.writeGate(b, rs, eg, est, addrs, have); err != nil {
+	computed, err := k.writeGate(b, rs, eg, est, addrs, have)
+	if err != nil {
 		return err
 	}
-	if err := adm.add(b.Flush); err != nil {
+	if err := k.flushGate(adm, b, computed); err != nil {
 		return fmt.Errorf("refresh the hold gate: %w", err)
 	}
 	return nil

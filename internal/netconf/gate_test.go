@@ -299,3 +299,46 @@ func TestRefreshGateMovesOnlyTheGate(t *testing.T) {
 	g.Expect(d.RefreshGate()).To(gomega.MatchError(ErrFenced))
 	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "after Fence")
 }
+
+// A gate write held up between reading its deadline and committing (the
+// agent stopped or starved there) must not carry the hold past the
+// deadline: the kernel counts the timeout from the commit. A write that
+// commits later than GateLateLimit closes the gate and says ErrLapsed; a
+// refresh on time opens it again.
+func TestHoldGateLateCommitClosesIt(t *testing.T) {
+	topo := newTopology(t)
+	g := gomega.NewWithT(t)
+	d, hold, _ := gatedDataplane(t, topo)
+	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
+	serve(t, topo.pod, port(podV4, 8080), false)
+	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
+	pause := func(k *kernel, p time.Duration) {
+		k.beforeGateFlush = func() { time.Sleep(p) }
+		t.Cleanup(func() { k.beforeGateFlush = nil })
+	}
+
+	// Stopped past the deadline: committed, the element would hold for
+	// another 300 ms.
+	for name, refresh := range map[string]func() error{"RefreshGate": d.RefreshGate, "Refresh": d.Refresh} {
+		hold(300 * time.Millisecond)
+		pause(d.refresher, 500*time.Millisecond)
+		g.Expect(refresh()).To(gomega.MatchError(ErrLapsed), name)
+		g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), name+": answering past the deadline")
+		// On time, it opens again.
+		d.refresher.beforeGateFlush = nil
+		hold(time.Hour)
+		g.Expect(refresh()).To(gomega.Succeed(), name)
+		g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4), name)
+	}
+
+	// An Apply alike.
+	hold(300 * time.Millisecond)
+	pause(d.kernel, 500*time.Millisecond)
+	_, err := d.Apply(context.Background(), []Assignment{{Address: staticV4, PodIP: podV4}})
+	g.Expect(err).To(gomega.MatchError(ErrLapsed))
+	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "Apply: answering past the deadline")
+	d.kernel.beforeGateFlush = nil
+	hold(time.Hour)
+	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
+	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
+}

@@ -125,6 +125,16 @@ type Options struct {
 	// coarse backstop. Announcements stop at the earlier of the two.
 	GateDeadline func() time.Time
 
+	// GateLateLimit is how long a write of the hold gate may take to
+	// commit after its timeouts were computed. The kernel counts a
+	// timeout from the commit, so a write held up in between (the agent
+	// stopped, frozen or starved of CPU) would keep the gate open past
+	// GateDeadline by as long; beyond this limit the gate is closed at
+	// once and the write reports ErrLapsed (a refresh opens it again).
+	// It is what the caller's timing leaves for the gate's own lateness
+	// (the ip-agent: half the witnesses' fence slack). Default 50ms.
+	GateLateLimit time.Duration
+
 	// Log receives what the Dataplane changes. Default: discard.
 	Log logr.Logger
 }
@@ -156,6 +166,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.AddressLifetime < 0 || o.AddressLifetime%time.Second != 0 || o.AddressLifetime > math.MaxUint32*time.Second {
 		return o, fmt.Errorf("address lifetime %s must be a whole, positive number of seconds", o.AddressLifetime)
+	}
+	if o.GateLateLimit < 0 {
+		return o, fmt.Errorf("gate late limit %s must not be negative", o.GateLateLimit)
+	}
+	if o.GateLateLimit == 0 {
+		o.GateLateLimit = defaultGateLateLimit
 	}
 	if len(o.Announcements) == 0 {
 		o.Announcements = defaultAnnouncements
@@ -257,7 +273,14 @@ type kernel struct {
 	nft *nftables.Conn
 	// egress is shared by the Dataplane's kernels (egress.go).
 	egress *egressSupport
+	// beforeGateFlush, when set (tests), runs just before a batch with
+	// gate elements is sent: a pause there is an agent stopped between
+	// computing a timeout and committing it.
+	beforeGateFlush func()
 }
+
+// defaultGateLateLimit is Options.GateLateLimit's default.
+const defaultGateLateLimit = 50 * time.Millisecond
 
 // New opens the network namespace and the netlink and nftables connections.
 // It changes nothing in the kernel.

@@ -362,7 +362,14 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 	eg := k.egressFor(want, links)
 	if !current {
 		k.log.Info("writing nftables table", "table", rs.table.Name)
-		return adm.add(func() error { return k.rewriteTable(rs, eg, want) })
+		var computed time.Time
+		if err := adm.add(func() (err error) {
+			computed, err = k.rewriteTable(rs, eg, want)
+			return err
+		}); err != nil {
+			return err
+		}
+		return k.gateCommitted(computed, time.Now())
 	}
 	b := k.batch()
 	changed := false
@@ -376,8 +383,9 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 		return err
 	}
 	egressAsWanted := eg == nil || est.current && slices.Equal(est.devices, eg.devices())
+	var computed time.Time
 	if k.opts.GateDeadline != nil || !egressAsWanted || !slices.Equal(have.addresses(), want.addresses()) {
-		if err := k.writeGate(b, rs, eg, est, want.addresses(), gate); err != nil {
+		if computed, err = k.writeGate(b, rs, eg, est, want.addresses(), gate); err != nil {
 			return err
 		}
 		changed = true
@@ -400,7 +408,7 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 	if !changed {
 		return nil
 	}
-	if err := adm.add(b.Flush); err != nil {
+	if err := k.flushGate(adm, b, computed); err != nil {
 		return fmt.Errorf("update nftables maps: %w", err)
 	}
 	return nil
@@ -431,7 +439,7 @@ func diffElements(have, want []nftables.SetElement) (del, add []nftables.SetElem
 
 // rewriteTable replaces the table atomically: add (a no-op when it
 // exists), delete, and create it again with its content, in one batch.
-func (k *kernel) rewriteTable(rs *ruleset, eg *egressGate, want natState) error {
+func (k *kernel) rewriteTable(rs *ruleset, eg *egressGate, want natState) (time.Time, error) {
 	b := k.batch()
 	b.AddTable(rs.table)
 	b.DelTable(rs.table)
@@ -441,20 +449,20 @@ func (k *kernel) rewriteTable(rs *ruleset, eg *egressGate, want natState) error 
 	}
 	lifetime, err := k.lifetime()
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	elems := want.elements(lifetime)
 	for _, m := range rs.maps() {
 		if err := b.AddSet(m, elems[m.Name]); err != nil {
-			return fmt.Errorf("nftables map %s: %w", m.Name, err)
+			return time.Time{}, fmt.Errorf("nftables map %s: %w", m.Name, err)
 		}
 	}
-	owned, held, arpOwned, arpHeld := k.gateElements(want.addresses())
+	owned, held, arpOwned, arpHeld, computed := k.gateElements(want.addresses())
 	for _, sets := range []map[string]*nftables.Set{rs.gate.owned, rs.gate.held} {
 		for _, f := range []ipFamily{familyIPv4, familyIPv6} {
 			s := sets[f.name]
 			if err := b.AddSet(s, append(owned[s.Name], held[s.Name]...)); err != nil {
-				return fmt.Errorf("nftables set %s: %w", s.Name, err)
+				return time.Time{}, fmt.Errorf("nftables set %s: %w", s.Name, err)
 			}
 		}
 	}
@@ -467,19 +475,22 @@ func (k *kernel) rewriteTable(rs *ruleset, eg *egressGate, want natState) error 
 	b.DelTable(g.arpTable)
 	b.AddTable(g.arpTable)
 	if err := errors.Join(b.AddSet(g.arpOwned, arpOwned), b.AddSet(g.arpHeld, arpHeld)); err != nil {
-		return fmt.Errorf("nftables arp sets: %w", err)
+		return time.Time{}, fmt.Errorf("nftables arp sets: %w", err)
 	}
 	b.AddChain(g.arpChain)
 	b.AddRule(g.arpRule)
 	if eg != nil {
 		if err := addEgressTable(b, eg, owned, held); err != nil {
-			return err
+			return time.Time{}, err
 		}
 	}
-	if err := b.Flush(); err != nil {
-		return fmt.Errorf("write nftables table %s: %w", rs.table.Name, err)
+	if k.beforeGateFlush != nil {
+		k.beforeGateFlush()
 	}
-	return nil
+	if err := b.Flush(); err != nil {
+		return time.Time{}, fmt.Errorf("write nftables table %s: %w", rs.table.Name, err)
+	}
+	return computed, nil
 }
 
 // ruleset is the table as this kernel's options want it.
