@@ -333,11 +333,12 @@ func TestHoldGateLateCommitClosesIt(t *testing.T) {
 
 	// An Apply alike.
 	hold(300 * time.Millisecond)
-	pause(d.kernel, 500*time.Millisecond)
+	applier := d.kernel
+	pause(applier, 500*time.Millisecond)
 	_, err := d.Apply(context.Background(), []Assignment{{Address: staticV4, PodIP: podV4}})
 	g.Expect(err).To(gomega.MatchError(ErrLapsed))
 	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "Apply: answering past the deadline")
-	d.kernel.beforeGateFlush = nil
+	applier.beforeGateFlush = nil
 	hold(time.Hour)
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
