@@ -97,8 +97,10 @@ const (
 )
 
 // Needed reports whether a node's annotations ask for a reboot: only
-// AnnotationNeeded set to "true" does, so that a value written to mean the
-// opposite ("false", "no", "0") never reboots a node.
+// AnnotationNeeded set to "true" (in any case: "True" and "TRUE" mean the
+// same) does, so that a value written to mean the opposite ("false", "no",
+// "0") never reboots a node. The reboot-agent itself writes "true" only
+// (config/policy/reboot-agent.yaml).
 func Needed(annotations map[string]string) bool {
 	return strings.EqualFold(annotations[AnnotationNeeded], "true")
 }
