@@ -49,6 +49,28 @@ func TestValuesSchemaRefuses(t *testing.T) {
 	}
 }
 
+// The reboot-agent mounts its sentinel's directory: the chart accepts only
+// a directory of its own under /run, never one that holds more of the host.
+func TestSentinelDirectoryOfItsOwn(t *testing.T) {
+	helm := helmBin(t)
+	for _, file := range []string{
+		"/etc/kubernetes/reboot-required", "/run/k3s/containerd/x", "/run/reboot-required", "/var/run/x",
+		"/run/containerd/kubext", "/var/lib/kubelet/reboot", "/home/kubext/reboot", "/run/kubext/../containerd/x",
+		"/run/systemd/reboot", "/tmp/kubext/x",
+	} {
+		if out, err := tryRun(t, helm, "template", release, "charts/kubext", "--set", "agents.rebootAgent.sentinelFile="+file); err == nil {
+			t.Errorf("sentinel %s rendered:\n%.300s", file, out)
+		} else if !strings.Contains(err.Error(), "a directory of its own") {
+			t.Errorf("sentinel %s refused without saying why: %v", file, err)
+		}
+	}
+	for _, file := range []string{"/run/kubext/reboot-required", "/var/run/kubext/x", "/run/reboot-needed/flag"} {
+		if out, err := tryRun(t, helm, "template", release, "charts/kubext", "--set", "agents.rebootAgent.sentinelFile="+file); err != nil {
+			t.Errorf("sentinel %s refused: %v\n%.300s", file, err, out)
+		}
+	}
+}
+
 // TestValuesReachTheManifests: values other than the defaults end up in the
 // pods' args and the objects' names, as their documentation says.
 func TestValuesReachTheManifests(t *testing.T) {
