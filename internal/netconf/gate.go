@@ -122,17 +122,19 @@ func (k *kernel) gateTimeout(now time.Time) (timeout time.Duration, ok bool) {
 	return left, left >= time.Millisecond
 }
 
-// errGateLate says a gate write committed too late (see gateCommitted).
-var errGateLate = fmt.Errorf("%w (the hold gate's write committed late and was closed)", ErrLapsed)
+// errGateLate says a gate write committed too late twice running (see
+// gateCommitted): the gate was closed.
+var errGateLate = fmt.Errorf("%w (the hold gate's writes committed late; closed until the next refresh)", ErrLapsed)
 
 // gateCommitted checks a gate write that committed before done, whose
 // timeouts were computed at computed. The kernel counts an element's
 // timeout from the commit, so a write held up between the two (the agent
 // stopped, frozen or starved of CPU) keeps the gate open past the
-// deadline by as long: more than Options.GateLateLimit, and the gate is
-// closed at once (a refresh opens it again, to the deadline counted
-// afresh) and errGateLate returned, which is ErrLapsed: apply again.
-func (k *kernel) gateCommitted(computed, done time.Time) error {
+// deadline by as long. Later than Options.GateLateLimit, the gate is
+// written again at once, to the deadline counted afresh (closed for
+// addresses whose deadline has passed); if that is late too (again), it
+// is closed, and errGateLate (ErrLapsed: apply again) returned.
+func (k *kernel) gateCommitted(adm pass, computed, done time.Time, again bool) error {
 	if k.opts.GateDeadline == nil || computed.IsZero() {
 		return nil
 	}
@@ -140,7 +142,16 @@ func (k *kernel) gateCommitted(computed, done time.Time) error {
 	if late <= k.opts.GateLateLimit {
 		return nil
 	}
-	k.log.Info("A hold gate write committed late: closing the gate until the next refresh", "late", late, "limit", k.opts.GateLateLimit)
+	if !again {
+		k.log.Info("A hold gate write committed late: writing it again to the deadline", "late", late, "limit", k.opts.GateLateLimit)
+		err := k.refreshGateOnce(adm, true)
+		if err == nil || errors.Is(err, errGateLate) {
+			return err
+		}
+		k.log.Info("Writing the hold gate again failed: closing it", "error", err.Error())
+	} else {
+		k.log.Info("A hold gate write committed late again: closing the gate until the next refresh", "late", late, "limit", k.opts.GateLateLimit)
+	}
 	if err := k.closeGate(); err != nil {
 		return errors.Join(errGateLate, err)
 	}
@@ -148,8 +159,9 @@ func (k *kernel) gateCommitted(computed, done time.Time) error {
 }
 
 // flushGate flushes b, which holds gate elements whose timeouts were
-// computed at computed, through adm, and checks how late it committed.
-func (k *kernel) flushGate(adm pass, b *nftables.Conn, computed time.Time) error {
+// computed at computed, through adm, and checks how late it committed
+// (again: this is the rewrite of a late one).
+func (k *kernel) flushGate(adm pass, b *nftables.Conn, computed time.Time, again bool) error {
 	if err := adm.add(func() error {
 		if k.beforeGateFlush != nil {
 			k.beforeGateFlush()
@@ -158,7 +170,7 @@ func (k *kernel) flushGate(adm pass, b *nftables.Conn, computed time.Time) error
 	}); err != nil {
 		return err
 	}
-	return k.gateCommitted(computed, time.Now())
+	return k.gateCommitted(adm, computed, time.Now(), again)
 }
 
 // gateElements are the owned and held elements for the addresses, by set
@@ -298,14 +310,15 @@ func (k *kernel) refreshGate(adm pass) error {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		err := k.onOneSocket(func() error { return k.refreshGateOnce(adm) })
+		err := k.onOneSocket(func() error { return k.refreshGateOnce(adm, false) })
 		if err == nil || !errors.Is(err, unix.ENOENT) || attempt == maxDumpAttempts {
 			return err
 		}
 	}
 }
 
-func (k *kernel) refreshGateOnce(adm pass) error {
+// again: it rewrites a write that committed late (gateCommitted).
+func (k *kernel) refreshGateOnce(adm pass, again bool) error {
 	rs := k.ruleset()
 	if exists, err := k.tableExists(); err != nil || !exists {
 		return err
@@ -336,7 +349,7 @@ func (k *kernel) refreshGateOnce(adm pass) error {
 	if err != nil {
 		return err
 	}
-	if err := k.flushGate(adm, b, computed); err != nil {
+	if err := k.flushGate(adm, b, computed, again); err != nil {
 		return fmt.Errorf("refresh the hold gate: %w", err)
 	}
 	return nil

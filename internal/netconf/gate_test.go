@@ -303,30 +303,54 @@ func TestRefreshGateMovesOnlyTheGate(t *testing.T) {
 // A gate write held up between reading its deadline and committing (the
 // agent stopped or starved there) must not carry the hold past the
 // deadline: the kernel counts the timeout from the commit. A write that
-// commits later than GateLateLimit closes the gate and says ErrLapsed; a
-// refresh on time opens it again.
+// commits later than GateLateLimit is written again at once, to the
+// deadline counted afresh; late again, the gate is closed and the write
+// says ErrLapsed; a refresh on time opens it again.
 func TestHoldGateLateCommitClosesIt(t *testing.T) {
 	topo := newTopology(t)
 	g := gomega.NewWithT(t)
-	d, hold, _ := gatedDataplane(t, topo)
+	d, hold, deadline := gatedDataplane(t, topo)
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	serve(t, topo.pod, port(podV4, 8080), false)
 	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
-	pause := func(k *kernel, p time.Duration) {
-		k.beforeGateFlush = func() { time.Sleep(p) }
+	// pause stops k's next n gate commits for p.
+	pause := func(k *kernel, p time.Duration, n int) {
+		k.beforeGateFlush = func() {
+			if n > 0 {
+				n--
+				time.Sleep(p)
+			}
+		}
 		t.Cleanup(func() { k.beforeGateFlush = nil })
 	}
+	answers := func() bool { return quickDial(topo.client, port(staticV4, 8080)) == nil }
 
-	// Stopped past the deadline: committed, the element would hold for
-	// another 300 ms.
 	for name, refresh := range map[string]func() error{"RefreshGate": d.RefreshGate, "Refresh": d.Refresh} {
+		// Stopped once, past the deadline: committed, the element would
+		// hold for another 300 ms; written again, it holds nothing.
 		hold(300 * time.Millisecond)
-		pause(d.refresher, 500*time.Millisecond)
-		g.Expect(refresh()).To(gomega.MatchError(ErrLapsed), name)
-		g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), name+": answering past the deadline")
-		// On time, it opens again.
-		d.refresher.beforeGateFlush = nil
+		pause(d.refresher, 500*time.Millisecond, 1)
+		g.Expect(refresh()).To(gomega.Succeed(), name)
+		g.Expect(answers()).To(gomega.BeFalse(), name+": answering past the deadline")
+
+		// Stopped once, well before the deadline: it holds to the deadline
+		// and not 400 ms beyond.
 		hold(time.Hour)
+		g.Expect(refresh()).To(gomega.Succeed(), name)
+		hold(1000 * time.Millisecond)
+		end := deadline()
+		pause(d.refresher, 400*time.Millisecond, 1)
+		g.Expect(refresh()).To(gomega.Succeed(), name)
+		g.Expect(answers()).To(gomega.BeTrue(), name+": silent before the deadline")
+		time.Sleep(time.Until(end.Add(50 * time.Millisecond)))
+		g.Expect(answers()).To(gomega.BeFalse(), name+": answering past the deadline")
+
+		// Stopped on every commit: closed, and ErrLapsed.
+		hold(time.Hour)
+		pause(d.refresher, 200*time.Millisecond, 2)
+		g.Expect(refresh()).To(gomega.MatchError(ErrLapsed), name)
+		g.Expect(answers()).To(gomega.BeFalse(), name+": answering after two late commits")
+		// On time, it opens again.
 		g.Expect(refresh()).To(gomega.Succeed(), name)
 		g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4), name)
 	}
@@ -334,11 +358,10 @@ func TestHoldGateLateCommitClosesIt(t *testing.T) {
 	// An Apply alike.
 	hold(300 * time.Millisecond)
 	applier := d.kernel
-	pause(applier, 500*time.Millisecond)
+	pause(applier, 500*time.Millisecond, 2)
 	_, err := d.Apply(context.Background(), []Assignment{{Address: staticV4, PodIP: podV4}})
 	g.Expect(err).To(gomega.MatchError(ErrLapsed))
-	g.Expect(quickDial(topo.client, port(staticV4, 8080))).NotTo(gomega.Succeed(), "Apply: answering past the deadline")
-	applier.beforeGateFlush = nil
+	g.Expect(answers()).To(gomega.BeFalse(), "Apply: answering past the deadline")
 	hold(time.Hour)
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))

@@ -369,7 +369,7 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 		}); err != nil {
 			return err
 		}
-		return k.gateCommitted(computed, time.Now())
+		return k.gateCommitted(adm, computed, time.Now(), false)
 	}
 	b := k.batch()
 	changed := false
@@ -408,7 +408,7 @@ func (k *kernel) writeNATOnce(adm pass, want natState) error {
 	if !changed {
 		return nil
 	}
-	if err := k.flushGate(adm, b, computed); err != nil {
+	if err := k.flushGate(adm, b, computed, false); err != nil {
 		return fmt.Errorf("update nftables maps: %w", err)
 	}
 	return nil

@@ -92,8 +92,9 @@ type Reconciler struct {
 // Pods claim IPs; delete is used only with --ip-delete-stale-pods.
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// Agents' heartbeats.
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// Agents' heartbeats, in the agents' namespace, the manager's
+// (--heartbeat-namespace; the manager's cache holds no other Lease).
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=system,resources=leases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one IP's reservation, holder and placement up to date.

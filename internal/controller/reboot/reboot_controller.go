@@ -157,8 +157,10 @@ func (r *Reconciler) ledgerReader() client.Reader {
 // Health gates: the namespaces a gate's namespaceSelector selects (pods and
 // PodDisruptionBudgets are read as for drains).
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=list
-// The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat).
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
+// The reboot-agents' heartbeat Leases (with --reboot-require-agent-heartbeat),
+// in the agents' namespace, the manager's (--heartbeat-namespace; the
+// manager's cache holds no other Lease).
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=system,resources=leases,verbs=get;list;watch
 // The approvals ledger, one ConfigMap in the controller's namespace (create
 // cannot be limited to a name; get, update, and list and watch with a
 // metadata.name field selector are).
