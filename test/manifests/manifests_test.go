@@ -57,8 +57,8 @@ func TestChartPodsStayInTheirAllowlist(t *testing.T) {
 		},
 		{
 			name:  "sentinel elsewhere",
-			sets:  []string{"agents.rebootAgent.sentinelFile=/var/lib/kubext-reboot/needed"},
-			allow: func() map[string]*allowance { return allowances("/var/lib/kubext-reboot") },
+			sets:  []string{"agents.rebootAgent.sentinelFile=/var/run/kubext-reboot/needed"},
+			allow: func() map[string]*allowance { return allowances("/var/run/kubext-reboot") },
 		},
 		{
 			name: "reboot through nsenter",
