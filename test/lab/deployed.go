@@ -682,6 +682,12 @@ func (d *Deployed) containerSpec(ctx context.Context, cs kubernetes.Interface, p
 	if nonRoot && spec.UID == 0 {
 		return nil, errors.New("runAsNonRoot with runAsUser 0")
 	}
+	if psc != nil && psc.RunAsGroup != nil {
+		spec.GID = int(*psc.RunAsGroup)
+	}
+	if sc != nil && sc.RunAsGroup != nil {
+		spec.GID = int(*sc.RunAsGroup)
+	}
 	// The container runtime's default capabilities, unless dropped.
 	caps := []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
 		"NET_BIND_SERVICE", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE", "SETFCAP"}

@@ -56,10 +56,11 @@ var (
 func TestDeployedProgramsRunConfined(t *testing.T) {
 	needRoot(t)
 	g := NewWithT(t)
-	want := map[string]struct{ uid, capEff string }{
-		"controller-manager": {"65532", "0000000000000000"},
-		"ip-agent":           {"0", "0000000000003000"},
-		"reboot-agent":       {"0", "0000000000000020"},
+	want := map[string]struct{ uid, gid, capEff string }{
+		"controller-manager": {"65532", "65532", "0000000000000000"},
+		"ip-agent":           {"0", "0", "0000000000003000"},
+		// Root, but not root's group (docs/reboot-security.md).
+		"reboot-agent": {"0", "65532", "0000000000000020"},
 	}
 	g.Eventually(func(g Gomega) {
 		running := deployed.Running()
@@ -78,6 +79,7 @@ func TestDeployedProgramsRunConfined(t *testing.T) {
 					continue
 				}
 				g.Expect(strings.Fields(st["Uid"])).To(HaveEach(w.uid), key)
+				g.Expect(strings.Fields(st["Gid"])).To(HaveEach(w.gid), key)
 				g.Expect(st["CapEff"]).To(Equal(w.capEff), key)
 				g.Expect(st["NoNewPrivs"]).To(Equal("1"), key)
 			}
