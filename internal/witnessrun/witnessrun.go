@@ -229,6 +229,9 @@ func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, 
 				l.Annotations = map[string]string{}
 			}
 			l.Annotations[witness.AnnotationGeneration] = formatGen(gen)
+			// The agents' policy lets an agent write only a Lease its node
+			// holds.
+			l.Spec.HolderIdentity = ptr.To(node)
 			// Carries the resourceVersion read.
 			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 		}
