@@ -256,16 +256,7 @@ func TestLifetimesNeverOutliveTheHold(t *testing.T) {
 	})
 	want := Assignment{Address: staticV4, PodIP: podV4, Interface: "eth0"}
 	apply(t, d, want)
-	validLft := func() uint32 {
-		addrs, err := topo.node.nl.AddrList(nil, netlink.FAMILY_V4)
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		for _, a := range addrs {
-			if a.IP.Equal(staticV4.AsSlice()) {
-				return uint32(a.ValidLft)
-			}
-		}
-		return 0
-	}
+	validLft := func() uint32 { return validLifetime(g, topo, staticV4) }
 	g.Expect(validLft()).To(gomega.BeNumerically("<=", 1), "1.7 s of hold left: a 1 s lifetime, not the 5 s option")
 
 	// The hold ends in half a second: nothing is written, nothing waits in

@@ -272,16 +272,7 @@ func TestRefreshGateMovesOnlyTheGate(t *testing.T) {
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	serve(t, topo.pod, port(podV4, 8080), false)
 	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
-	validLft := func() uint32 {
-		addrs, err := topo.node.nl.AddrList(nil, netlink.FAMILY_V4)
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		for _, a := range addrs {
-			if a.IP.Equal(staticV4.AsSlice()) {
-				return uint32(a.ValidLft)
-			}
-		}
-		return 0
-	}
+	validLft := func() uint32 { return validLifetime(g, topo, staticV4) }
 	written := validLft()
 	g.Expect(written).To(gomega.BeNumerically(">", 1))
 
@@ -368,4 +359,17 @@ func TestHoldGateLateCommitClosesIt(t *testing.T) {
 	hold(time.Hour)
 	apply(t, d, Assignment{Address: staticV4, PodIP: podV4})
 	g.Expect(through(g, topo.client, port(staticV4, 8080)).server).To(gomega.Equal(podV4))
+}
+
+// validLifetime is the valid lifetime (seconds) the node's kernel has for
+// addr, 0 when the address is not there.
+func validLifetime(g gomega.Gomega, topo *topology, addr netip.Addr) uint32 {
+	addrs, err := topo.node.nl.AddrList(nil, netlink.FAMILY_V4)
+	g.Expect(err).NotTo(gomega.HaveOccurred())
+	for _, a := range addrs {
+		if a.IP.Equal(addr.AsSlice()) {
+			return uint32(a.ValidLft)
+		}
+	}
+	return 0
 }

@@ -439,24 +439,31 @@ func (d *Dataplane) Refresh() error {
 	if d.opts.AddressLifetime == 0 && d.opts.GateDeadline == nil {
 		return nil
 	}
+	return d.refreshing(func(adm pass) error {
+		owned, err := d.refresher.refresh(adm)
+		if err != nil {
+			return err
+		}
+		if owned < int(d.wanted.Load()) {
+			return ErrLapsed
+		}
+		return nil
+	})
+}
+
+// refreshing runs a refresh on the refresher, one at a time, with a pass
+// issued before it reads anything: a Fence after that voids its rewrites.
+func (d *Dataplane) refreshing(refresh func(adm pass) error) error {
 	if d.isClosed() {
 		return errClosed
 	}
 	d.refreshMu.Lock()
 	defer d.refreshMu.Unlock()
-	// Issued before reading: a Fence after this voids the rewrites.
 	adm := d.gate.issue(context.Background())
 	if err := adm.valid(); err != nil {
 		return err
 	}
-	owned, err := d.refresher.refresh(adm)
-	if err != nil {
-		return err
-	}
-	if owned < int(d.wanted.Load()) {
-		return ErrLapsed
-	}
-	return nil
+	return refresh(adm)
 }
 
 // RefreshGate moves the hold gate's deadline to Options.GateDeadline and
@@ -470,19 +477,12 @@ func (d *Dataplane) RefreshGate() error {
 	if d.opts.GateDeadline == nil {
 		return nil
 	}
-	if d.isClosed() {
-		return errClosed
-	}
-	d.refreshMu.Lock()
-	defer d.refreshMu.Unlock()
-	adm := d.gate.issue(context.Background())
-	if err := adm.valid(); err != nil {
-		return err
-	}
-	if err := d.refresher.refreshGate(adm); err != nil {
-		return fmt.Errorf("netconf: %w", err)
-	}
-	return nil
+	return d.refreshing(func(adm pass) error {
+		if err := d.refresher.refreshGate(adm); err != nil {
+			return fmt.Errorf("netconf: %w", err)
+		}
+		return nil
+	})
 }
 
 // refresh rewrites what it finds, as it finds it; each rewrite is an add.

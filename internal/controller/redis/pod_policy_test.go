@@ -8,7 +8,6 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -29,14 +28,7 @@ func TestDeployedManagerLabelsOnlyRedisRoles(t *testing.T) {
 	f := newFixture(t)
 	g := f.G
 	ctx := t.Context()
-	for _, name := range []string{deployedNS, "kubext-system"} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	bindManagerRules(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml")
-	manager, err := client.New(managerConfig(), client.Options{Scheme: k8s.Scheme()})
-	g.Expect(err).NotTo(HaveOccurred())
+	manager := deployedManager(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml")
 
 	pod := func(name string, owners ...metav1.OwnerReference) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: deployedNS, Name: name + "-" + f.ID, OwnerReferences: owners,

@@ -55,14 +55,7 @@ func TestDeployedManagerGeneratesPasswordsAndNothingElse(t *testing.T) {
 	f := newFixture(t)
 	g := f.G
 	ctx := t.Context()
-	for _, name := range []string{deployedNS, "kubext-system"} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	bindManagerRules(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml")
-	manager, err := client.New(managerConfig(), client.Options{Scheme: k8s.Scheme()})
-	g.Expect(err).NotTo(HaveOccurred())
+	manager := deployedManager(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml")
 
 	// What a holder of the manager's identity could forge, each refused by
 	// the policy with the message given.
@@ -165,6 +158,22 @@ func deleteSecretPolicy() {
 	ctx := context.Background()
 	_ = k8s.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: secretPolicy}})
 	_ = k8s.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: secretPolicy}})
+}
+
+// deployedManager is a client of the manager's service account, bound to
+// the rules of the ClusterRoles in roles (bindManagerRules), with the
+// namespaces the deployed-manager tests use.
+func deployedManager(t *testing.T, g *WithT, roles ...string) client.Client {
+	t.Helper()
+	for _, name := range []string{deployedNS, "kubext-system"} {
+		if err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	bindManagerRules(t, g, roles...)
+	manager, err := client.New(managerConfig(), client.Options{Scheme: k8s.Scheme()})
+	g.Expect(err).NotTo(HaveOccurred())
+	return manager
 }
 
 // managerConfig is the API server's configuration for the manager's

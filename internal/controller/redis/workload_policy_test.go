@@ -11,7 +11,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -34,15 +33,8 @@ func TestDeployedManagerWritesOnlyItsOwnWorkloads(t *testing.T) {
 	f := newFixture(t)
 	g := f.G
 	ctx := t.Context()
-	for _, name := range []string{deployedNS, "kubext-system"} {
-		if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
-	bindManagerRules(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml",
+	manager := deployedManager(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/redis/role.yaml",
 		"config/rbac/controllers/pulsarconsumer/role.yaml", "config/rbac/controllers/crontab/role.yaml")
-	manager, err := client.New(managerConfig(), client.Options{Scheme: k8s.Scheme()})
-	g.Expect(err).NotTo(HaveOccurred())
 
 	owner := func(apiVersion, kind string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "o", Controller: ptr.To(true),
