@@ -112,6 +112,13 @@ func awsScenario(ctx context.Context, d *demo) error {
 
 	say("Deleting IP partner-aws: the address leaves EC2 before the IP goes")
 	for i := len(objs) - 1; i >= 0; i-- {
+		if pool, isPool := objs[i].(*ipv1.IPPool); isPool {
+			// The in-use policy refuses the delete until the manager has
+			// counted the IP's departure, as it would a user's.
+			if err := waitPoolEmpty(ctx, c, pool); err != nil {
+				return err
+			}
+		}
 		if err := c.Delete(ctx, objs[i]); err != nil {
 			return err
 		}
@@ -171,6 +178,21 @@ func (d *demo) enableAWS(ctx context.Context, vpc *lab.VPC) error {
 		return fmt.Errorf("the restarted manager: %w", err)
 	}
 	return nil
+}
+
+// waitPoolEmpty waits until the pool's status counts no allocated address.
+func waitPoolEmpty(ctx context.Context, c client.Client, pool *ipv1.IPPool) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return err
+		}
+		if pool.Status.Allocated == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("IPPool %s still counts %d allocated addresses after a minute", pool.Name, pool.Status.Allocated)
 }
 
 // waitGone waits until o no longer exists.
