@@ -87,6 +87,9 @@ func run(ctx context.Context, args []string) error {
 	if printed, err := version.Parse(fs, args, os.Stdout); err != nil || printed {
 		return err
 	}
+	if err := witnessrun.SetAllowFromDefault(fs); err != nil {
+		return err
+	}
 	log := zap.New(zap.UseFlagOptions(&opts)).WithValues("node", node)
 	ctx = logr.NewContext(ctx, log)
 	if node == "" {

@@ -12,8 +12,10 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -28,6 +30,7 @@ import (
 	"github.com/kubext/kubext/internal/ipagent"
 	"github.com/kubext/kubext/internal/netconf"
 	"github.com/kubext/kubext/internal/witness"
+	"github.com/kubext/kubext/internal/witnessguard"
 	"github.com/kubext/kubext/internal/witnessnet"
 )
 
@@ -42,14 +45,45 @@ type Config struct {
 	Host    string
 	KeyFile string
 	Timing  witness.Timing
+	// Guard keeps floods off the port in the kernel (internal/witnessguard):
+	// on in the ip-agent, off for the bench's light agents, which share
+	// the host's network namespace.
+	Guard bool
+	// AllowFrom are the networks the peers send from (the node network);
+	// with Guard, datagrams to the port from elsewhere are dropped. Empty:
+	// any source, each rate-limited.
+	AllowFrom []netip.Prefix
 	// IdleLease and IdleRenew are the heartbeat's timings while the node
 	// holds nothing on its Lease.
 	IdleLease, IdleRenew time.Duration
 }
 
+// AllowFromFlag is Config.AllowFrom's flag; $AllowFromEnv is its default
+// (SetAllowFromDefault), which the DaemonSet takes from the ip-agent
+// ConfigMap.
+const (
+	AllowFromFlag = "witness-allow-from"
+	AllowFromEnv  = "WITNESS_ALLOW_FROM"
+)
+
+// SetAllowFromDefault gives --witness-allow-from its default from the
+// environment, when the flag was not given: call it after fs.Parse.
+func SetAllowFromDefault(fs *flag.FlagSet) error {
+	v := os.Getenv(AllowFromEnv)
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == AllowFromFlag })
+	if given || v == "" {
+		return nil
+	}
+	if err := fs.Set(AllowFromFlag, v); err != nil {
+		return fmt.Errorf("$%s: %w", AllowFromEnv, err)
+	}
+	return nil
+}
+
 // DefaultConfig is the ip-agent's defaults, protocol off.
 func DefaultConfig() Config {
-	return Config{Timing: witness.DefaultTiming(), IdleLease: 16 * time.Second, IdleRenew: 8 * time.Second}
+	return Config{Timing: witness.DefaultTiming(), Guard: true, IdleLease: 16 * time.Second, IdleRenew: 8 * time.Second}
 }
 
 // BindFlags registers the ip-agent's witness flags, with DefaultConfig's
@@ -59,6 +93,23 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.UintVar(&c.Port, "witness-port", 0, "UDP port of the witness protocol on the node network (0 = off: every hold is on the heartbeat Lease). "+
 		"IPs of pools with failover Witness are then held while a majority of their witnesses vouches for this node.")
 	fs.StringVar(&c.KeyFile, "witness-key-file", "", "File holding the cluster's witness key (at least 32 bytes; the Secret kubext-witness-key).")
+	fs.BoolVar(&c.Guard, "witness-guard", c.Guard, "Drop floods to the witness port in the kernel (nftables table kubext-witness): "+
+		"datagrams from outside --witness-allow-from, and from any one source beyond twenty times a peer's rate.")
+	fs.Func(AllowFromFlag, "Comma-separated CIDRs the other nodes' agents send from: the node network (default $WITNESS_ALLOW_FROM; empty: any source). "+
+		"Pods and the Internet then cannot reach the witness port at all.", func(v string) error {
+		c.AllowFrom = nil
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(s)
+			if err != nil || p != p.Masked() {
+				return fmt.Errorf("%q is not a CIDR with its network address (e.g. 192.0.2.0/24)", s)
+			}
+			c.AllowFrom = append(c.AllowFrom, p)
+		}
+		return nil
+	})
 	fs.DurationVar(&c.Timing.ProbeInterval, "witness-probe-interval", c.Timing.ProbeInterval, "How often a holder probes each witness.")
 	fs.DurationVar(&c.Timing.HoldFor, "witness-hold-for", c.Timing.HoldFor, "How long after a probe a quorum vouched for the holder keeps answering.")
 	fs.DurationVar(&c.Timing.SilentAfter, "witness-silent-after", c.Timing.SilentAfter, "How long a witness hears nothing from a node before it declares it silent.")
@@ -154,7 +205,18 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	if err != nil {
 		return nil, err
 	}
-	conn, err := net.ListenPacket("udp", net.JoinHostPort(c.Host, strconv.FormatUint(uint64(c.Port), 10)))
+	if c.Guard {
+		// Before the socket opens: no flood finds it unguarded.
+		g := witnessguard.Config{Port: uint16(c.Port), AllowFrom: c.AllowFrom, PerSource: witnessguard.PerSourceRate(c.Timing)}
+		if err := witnessguard.Install(g, 0); err != nil {
+			return nil, fmt.Errorf("guarding the witness port (--witness-guard): %w", err)
+		}
+		if err := registerGuardMetrics(); err != nil {
+			return nil, err
+		}
+		log.Info("Witness port guarded", "allowFrom", c.AllowFrom, "perSourcePerSecond", g.PerSource)
+	}
+	conn, err := witnessnet.Listen(ctx, net.JoinHostPort(c.Host, strconv.FormatUint(uint64(c.Port), 10)))
 	if err != nil {
 		return nil, fmt.Errorf("witness port: %w", err)
 	}

@@ -33,6 +33,7 @@ func TestValuesSchemaRefuses(t *testing.T) {
 		{"agents.rebootAgent.rebootMethod=halt", "/agents/rebootAgent/rebootMethod"},
 		{"agents.rebootAgent.sentinelFile=reboot-required", "/agents/rebootAgent/sentinelFile"},
 		{"agents.ipAgent.leaseDuration=2 seconds", "/agents/ipAgent/leaseDuration"},
+		{"agents.ipAgent.witnessAllowFrom=the nodes", "/agents/ipAgent/witnessAllowFrom"},
 		{"namePrefix=kubext", "/namePrefix"},
 		{"webhooks.certificates=openssl", "/webhooks/certificates"},
 		// Not a schema rule: the template refuses a budget no drain can meet.
@@ -78,7 +79,7 @@ func TestValuesReachTheManifests(t *testing.T) {
 		"namePrefix=acme-", "controllers={ip,ippool,reboot}", "logging.level=debug", "logging.format=console",
 		"image.digest=sha256:" + strings.Repeat("ab", 32),
 		"manager.leaderElection.leaseDuration=30s", "manager.replicas=3",
-		"agents.ipAgent.interface=eth1", "agents.ipAgent.leaseDuration=4s", "agents.ipAgent.excludeSNAT=10.0.0.0/8",
+		"agents.ipAgent.interface=eth1", "agents.ipAgent.leaseDuration=4s", "agents.ipAgent.excludeSNAT=10.0.0.0/8", "agents.ipAgent.witnessAllowFrom=192.0.2.0/24",
 		"agents.rebootAgent.sentinelFile=/run/kubext/reboot", "agents.rebootAgent.rebootMethod=command",
 		"agents.rebootAgent.rebootCommand=/bin/true", "monitoring.podMonitor.enabled=true", "rbac.aggregatedRoles=false",
 	}, ","))
@@ -123,6 +124,12 @@ func TestValuesReachTheManifests(t *testing.T) {
 	}
 	if d := nested(byKey["ConfigMap/acme-ip-agent"].Object, "data", "exclude-snat"); d != "10.0.0.0/8" {
 		t.Errorf("ip-agent exclude-snat %v", d)
+	}
+	if d := nested(byKey["ConfigMap/acme-ip-agent"].Object, "data", "witness-allow-from"); d != "192.0.2.0/24" {
+		t.Errorf("ip-agent witness-allow-from %v", d)
+	}
+	if env := canonical(nested(byKey["DaemonSet/acme-ip-agent"].Object, "spec", "template", "spec", "containers")); !strings.Contains(env, `"key":"witness-allow-from"`) {
+		t.Errorf("the ip-agent does not read witness-allow-from from its ConfigMap: %s", env)
 	}
 	// The policies keep matching the renamed accounts, and the bindings
 	// name the renamed policies.

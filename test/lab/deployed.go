@@ -184,12 +184,40 @@ func (l *Lab) Install(ctx context.Context, opts InstallOptions) (*Deployed, erro
 		}
 	}
 	l.log("Installed kubext from %s (server-side apply)", manifest)
+	if err := l.setWitnessAllowFrom(ctx, opts.Namespace); err != nil {
+		return nil, err
+	}
 	d, err := l.runDeployed(ctx, opts.Namespace)
 	if err != nil {
 		return nil, err
 	}
 	d.Manifest = manifest
 	return d, nil
+}
+
+// setWitnessAllowFrom adapts the ip-agent ConfigMap as config.yaml asks a
+// user to: the witness port takes datagrams from the lab's node network
+// only (the lab's pods are outside it).
+func (l *Lab) setWitnessAllowFrom(ctx context.Context, namespace string) error {
+	cs, err := l.Clientset()
+	if err != nil {
+		return err
+	}
+	cms, err := cs.CoreV1().ConfigMaps(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	patch := fmt.Appendf(nil, `{"data":{"witness-allow-from":%q}}`, l.Net.Subnet.String())
+	for _, cm := range cms.Items {
+		if _, isAgents := cm.Data["exclude-snat"]; !isAgents {
+			continue
+		}
+		if _, err := cs.CoreV1().ConfigMaps(namespace).Patch(ctx, cm.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "lab"}); err != nil {
+			return err
+		}
+		l.log("Set witness-allow-from=%s in ConfigMap %s/%s", l.Net.Subnet, namespace, cm.Name)
+	}
+	return nil
 }
 
 // runDeployed starts the loop that runs the install's pods.

@@ -408,9 +408,10 @@ func agentWorkersStarted(path string) int {
 const WitnessPort = 7946
 
 // WitnessArgs are the ip-agent flags that put it in the witness protocol
-// (pools with failover Witness): the port and a key shared by the lab's
+// (pools with failover Witness): the port, a key shared by the lab's
 // agents, made once per lab (what the Secret kubext-witness-key holds in a
-// cluster).
+// cluster), and the node network as the only source the port takes
+// (the lab's pods are outside it).
 func (l *Lab) WitnessArgs() ([]string, error) {
 	key := filepath.Join(l.Dir, "witness.key")
 	if _, err := os.Stat(key); errors.Is(err, os.ErrNotExist) {
@@ -422,5 +423,9 @@ func (l *Lab) WitnessArgs() ([]string, error) {
 			return nil, err
 		}
 	}
-	return []string{"--witness-port", strconv.Itoa(WitnessPort), "--witness-key-file", key}, nil
+	args := []string{"--witness-port", strconv.Itoa(WitnessPort), "--witness-key-file", key}
+	if l.Net != nil {
+		args = append(args, "--witness-allow-from", l.Net.Subnet.String())
+	}
+	return args, nil
 }

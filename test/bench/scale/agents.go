@@ -106,6 +106,9 @@ func startLightAgents(ctx context.Context, l *lab.Lab, nodes []string, witnessSc
 	}
 	wc := witnessrun.DefaultConfig()
 	wc.Port = lab.WitnessPort
+	// The light agents share the host's network namespace: no guard
+	// table there (the guard is proven by internal/witnessguard's tests).
+	wc.Guard = false
 	t := &wc.Timing
 	for _, d := range []*time.Duration{&t.ProbeInterval, &t.HoldFor, &t.SilentAfter, &t.FenceSlack} {
 		*d *= time.Duration(witnessScale)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,8 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ipv1 "github.com/kubext/kubext/api/ip/v1alpha1"
+	"github.com/kubext/kubext/internal/witnessguard"
 	"github.com/kubext/kubext/internal/witnesskey"
 	"github.com/kubext/kubext/test/lab"
+	"github.com/kubext/kubext/test/lab/labnet"
 	"github.com/kubext/kubext/test/staticip"
 )
 
@@ -35,7 +38,7 @@ func TestDeployedWitnessHold(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	c := adminClient(t)
-	_, err := theLab.StartPodNetwork(ctx)
+	pods, err := theLab.StartPodNetwork(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
 	key := &corev1.Secret{}
@@ -70,6 +73,45 @@ func TestDeployedWitnessHold(t *testing.T) {
 		30*time.Second, 100*time.Millisecond).Should(Equal(holder))
 	g.Eventually(func() ([]string, error) { return egressGate(node, addr) }, 10*time.Second, 100*time.Millisecond).
 		ShouldNot(BeEmpty(), "the egress gate on %s", node)
+
+	// The witness port takes the node network only (the lab set the
+	// ConfigMap's witness-allow-from, as config.yaml asks): the kernel
+	// drops what a pod sends it, not what the node network does.
+	nodeNS, err := netns.GetFromName(theLab.Net.NodeNamespace(node))
+	g.Expect(err).NotTo(HaveOccurred())
+	defer nodeNS.Close()
+	outside, _, err := witnessguard.Dropped(int(nodeNS))
+	g.Expect(err).NotTo(HaveOccurred(), "the guard's table on %s", node)
+	witnessPort := netip.AddrPortFrom(theLab.Net.NodeAddr(node), lab.WitnessPort)
+	g.Expect(sendDatagrams(pods.PodNamespace("default/"+holder), witnessPort, 5)).To(Succeed())
+	g.Eventually(func() (uint64, error) {
+		after, _, err := witnessguard.Dropped(int(nodeNS))
+		return after - outside, err
+	},
+		5*time.Second, 100*time.Millisecond).Should(BeEquivalentTo(5), "a pod's datagrams to the witness port")
+	g.Expect(sendDatagrams(theLab.Net.ClientNamespace(), witnessPort, 5)).To(Succeed())
+	g.Consistently(func() (uint64, error) {
+		after, _, err := witnessguard.Dropped(int(nodeNS))
+		return after - outside, err
+	},
+		time.Second, 100*time.Millisecond).Should(BeEquivalentTo(5), "datagrams from the node network")
+}
+
+// sendDatagrams sends n junk datagrams to to from the network namespace.
+func sendDatagrams(namespace string, to netip.AddrPort, n int) error {
+	return labnet.Do(namespace, func() error {
+		c, err := net.ListenPacket("udp", ":0")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for range n {
+			if _, err := c.WriteTo([]byte("not a witness message"), net.UDPAddrFromAddrPort(to)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // egressGate returns the uplinks whose egress chain of table netdev kubext
