@@ -21,7 +21,9 @@ import (
 //   - a holder sending a probe; the probe delivered, with its answer, or
 //     lost, at any time after it was sent (any delay, any partition);
 //   - witnesses declaring silence and publishing it at the first tick
-//     they may (see declare);
+//     they may (see declare); with lateWrites, the publishing write
+//     lands at any later time instead, even after its witness died and
+//     restarted (see land);
 //   - the controller moving the address (to any node, with any witnesses);
 //   - an agent claiming, re-claiming in a new generation, releasing;
 //   - an agent frozen and thawed, killed and restarted (its kernel keeps
@@ -102,7 +104,11 @@ type state struct {
 	n      [nodes]mnode
 	api    mapi
 	probes map[[2]int]msg // in flight, by (from, to); at most one each
-	b      budget
+	// pending are declarations a witness's agent asked to publish whose
+	// write has not landed yet (lateWrites; nil: none): the latest, since
+	// the heartbeat writes the whole set each time.
+	pending [nodes]map[string]Gen
+	b       budget
 }
 
 var epoch = time.Unix(1_000_000, 0)
@@ -131,6 +137,7 @@ func cloneHolder(h *Holder) *Holder {
 func (s *state) clone() *state {
 	c := *s
 	for i := range c.n {
+		c.pending[i] = maps.Clone(s.pending[i])
 		c.n[i].w = cloneWitness(s.n[i].w)
 		c.n[i].h = cloneHolder(s.n[i].h)
 		if s.n[i].claim != nil {
@@ -152,6 +159,17 @@ type model struct {
 	timing Timing
 	budget budget
 	depth  int // actions from the initial state
+	// witnesses of the first hold (default B and C); heldBy starts A
+	// holding on their word, vouched for at the start.
+	witnesses []int
+	held      bool
+	// lateWrites lets a declaration's write land at any later time.
+	lateWrites bool
+	// unconfirmedRestore is the restore of the earlier code: it reads the
+	// declarations back without the write that confirms the read, so a
+	// write of the dead run still in flight can land after it
+	// (witnessrun.restore; the model must find the split it allowed).
+	unconfirmedRestore bool
 }
 
 // trail is a state and how it was reached (parent links, so that the
@@ -191,7 +209,22 @@ func (m model) initial() []*state {
 			}
 			s.n[i] = mnode{rate: tick, timing: tm, up: true, restored: true, gen: 1, w: NewWitness(tm, nil), h: NewHolder(tm, 1)}
 		}
-		s.api = mapi{up: true, node: nA, ws: []int{nB, nC}}
+		ws := m.witnesses
+		if ws == nil {
+			ws = []int{nB, nC}
+		}
+		s.api = mapi{up: true, node: nA, ws: slices.Clone(ws)}
+		if m.held {
+			// A probed its witnesses, they vouched, and A claimed.
+			a := &s.n[nA]
+			for _, w := range ws {
+				seq := a.h.Probe(names[w], a.t())
+				a.h.Answered(names[w], seq, s.n[w].w.Probe(names[nA], a.h.Gen(), seq, s.n[w].t()))
+			}
+			s.api.att = &mhold{node: nA, gen: a.h.Gen()}
+			a.claim = &mclaim{gen: a.h.Gen(), ws: slices.Clone(ws)}
+			m.extend(a)
+		}
 		out = append(out, s)
 	}
 	return out
@@ -343,6 +376,12 @@ func (m model) actions(s *state) []action {
 				out = append(out, action{name + " restores", func(s *state) {
 					s.n[i].w = NewWitness(s.n[i].timing, s.api.published[i])
 					s.n[i].restored = true
+					if !m.unconfirmedRestore {
+						// The confirming write (conditional on the version
+						// read) lands, and with it every write of the dead
+						// run still in flight is refused.
+						s.pending[i] = nil
+					}
 				}})
 			}
 		}
@@ -416,6 +455,11 @@ func (m model) actions(s *state) []action {
 			}
 		}
 	}
+	for i := range s.pending {
+		if s.pending[i] != nil && s.api.up {
+			out = append(out, action{names[i] + "'s declarations land", func(s *state) { m.land(s, i) }})
+		}
+	}
 	if s.b.stalls > 0 {
 		out = append(out, action{"API stalls/resumes", func(s *state) { s.api.up = !s.api.up; s.b.stalls--; m.declare(s) }})
 	} else if !s.api.up {
@@ -436,10 +480,25 @@ func (m model) declare(s *state) {
 			continue
 		}
 		n.w.Tick(n.t())
-		if s.api.up {
-			s.api.published[i] = n.w.Declared()
+		decl := n.w.Declared()
+		if maps.Equal(decl, s.api.published[i]) {
+			continue
+		}
+		if m.lateWrites {
+			s.pending[i] = decl
+		} else if s.api.up {
+			s.api.published[i] = decl
 		}
 	}
+}
+
+// land makes witness i's write in flight land: the declarations its run
+// had made when it asked (the Lease's last version: every write of a run
+// is conditional on the version its last write made, so a write lands
+// unless one of another run, the restore's, landed first).
+func (m model) land(s *state, i int) {
+	s.api.published[i] = s.pending[i]
+	s.pending[i] = nil
 }
 
 func subsetsWithout(holder int) [][]int {
@@ -549,6 +608,11 @@ func (m model) key(s *state) string {
 	for k, p := range sortedMsgs(s.probes) {
 		fmt.Fprintf(&b, "P%v g%d %s ", k, p.gen, sent(k[0], p.seq))
 	}
+	for i := range s.pending {
+		if s.pending[i] != nil {
+			fmt.Fprintf(&b, "w%d%v ", i, s.pending[i])
+		}
+	}
 	fmt.Fprintf(&b, "b%+v", s.b)
 	return b.String()
 }
@@ -577,21 +641,48 @@ func TestModelNoTwoNodesAnswer(t *testing.T) {
 	// at once would not fit in memory.
 	for _, tc := range []struct {
 		name string
-		b    budget
+		m    model
 	}{
-		{"node loss and moves", budget{moves: 2, gens: 1}},
-		{"agent frozen", budget{moves: 1, freezes: 1, gens: 1}},
-		{"agent killed and restarted", budget{moves: 1, restarts: 1, gens: 1}},
-		{"API server stalls", budget{moves: 1, stalls: 2, gens: 1}},
+		{"node loss and moves", model{budget: budget{moves: 2, gens: 1}}},
+		{"agent frozen", model{budget: budget{moves: 1, freezes: 1, gens: 1}}},
+		{"agent killed and restarted", model{budget: budget{moves: 1, restarts: 1, gens: 1}}},
+		{"API server stalls", model{budget: budget{moves: 1, stalls: 2, gens: 1}}},
+		// A's one witness C declares it silent; the write is still in
+		// flight when C dies, and lands whenever it lands.
+		{"a witness's last declaration lands after its restart", lateRestart},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			bad, states := model{timing: tm, budget: tc.b, depth: modelDepth(t)}.run(t)
+			m := tc.m
+			m.timing, m.depth = tm, modelDepth(t)
+			bad, states := m.run(t)
 			if bad != nil {
 				t.Fatalf("two nodes answer after:\n  %s\n%s", strings.Join(bad.path(), "\n  "), m2s(bad.s))
 			}
 			t.Logf("explored %d states: no two nodes answer", states)
 		})
 	}
+}
+
+// lateRestart is the exploration of a witness restarted while its last
+// declaration is in flight: A starts holding on C's word alone, so that
+// the sequence fits in the depth (a declaration, a restart, a move and
+// the new holder's claim).
+var lateRestart = model{budget: budget{moves: 1, restarts: 1, gens: 1}, witnesses: []int{nC}, held: true, lateWrites: true}
+
+// TestModelFindsTheSplitOfAnUnconfirmedRestore: with the restore of the
+// earlier code, which read the declarations back without confirming the
+// read with a write, the model finds the split it allowed (C declares A
+// silent, dies with the write in flight, restores nothing, vouches for A
+// again; the write lands and the controller moves the address to B,
+// which C vouches for too).
+func TestModelFindsTheSplitOfAnUnconfirmedRestore(t *testing.T) {
+	m := lateRestart
+	m.timing, m.depth, m.unconfirmedRestore = modelTiming(80*time.Millisecond), modelDepth(t), true
+	bad, _ := m.run(t)
+	if bad == nil {
+		t.Fatal("no split found without the confirming write: the model does not explore late writes")
+	}
+	t.Logf("split found, as expected, after:\n  %s", strings.Join(bad.path(), "\n  "))
 }
 
 // TestModelFindsTheSplitWhenTimingIsUnsafe shows the model can fail, on
