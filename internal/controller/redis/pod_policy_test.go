@@ -64,8 +64,7 @@ func TestDeployedManagerLabelsOnlyRedisRoles(t *testing.T) {
 	}
 	g.Expect(testEnv().Apply(ctx, "config/policy/manager-pods.yaml")).To(Succeed())
 	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: podPolicy}})
-		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: podPolicy}})
+		removePodPolicies()
 		g.Eventually(func() error { return patch(forged[0].pod, forged[0].body, client.DryRunAll) },
 			testenv.WaitFor, 100*time.Millisecond).Should(Succeed(), "the policy still applies after its deletion")
 	})
@@ -86,4 +85,60 @@ func TestDeployedManagerLabelsOnlyRedisRoles(t *testing.T) {
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(member), &got)).To(Succeed())
 	g.Expect(got.Labels).To(Equal(map[string]string{"app": "x"}))
 	g.Expect(got.Spec.Containers[0].Image).To(Equal("redis:7"))
+}
+
+// podDeletePolicy is config/policy/manager-pods.yaml's second policy.
+const podDeletePolicy = "manager-pod-deletes.ip.kubext.io"
+
+// The manager's pod delete right (the IP controller's, with
+// --ip-delete-stale-pods) is narrowed to scheduled pods that claim a
+// static IP: a holder of its identity cannot delete the cluster's other
+// pods, kube-system's included.
+func TestDeployedManagerDeletesOnlyClaimingPods(t *testing.T) {
+	f := newFixture(t)
+	g := f.G
+	ctx := t.Context()
+	manager := deployedManager(t, g, "config/rbac/controllers/core/role.yaml", "config/rbac/controllers/ip/role.yaml")
+
+	pod := func(name, node string, annotations map[string]string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: deployedNS, Name: name + "-" + f.ID, Annotations: annotations},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "app:1"}}}}
+		g.Expect(k8s.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), p) })
+		return p
+	}
+	claims := map[string]string{"ip.kubext.io/ip": "partner"}
+	claiming := pod("claiming", "node-1", claims)
+	plain := pod("plain", "node-1", nil)
+	unscheduled := pod("unscheduled", "", claims)
+	del := func(p *corev1.Pod, opts ...client.DeleteOption) error {
+		return manager.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}}, opts...)
+	}
+	// Without the policy, its RBAC lets it.
+	g.Expect(del(plain, client.DryRunAll)).To(Succeed(), "without the policy")
+	g.Expect(testEnv().Apply(ctx, "config/policy/manager-pods.yaml")).To(Succeed())
+	t.Cleanup(func() {
+		removePodPolicies()
+		g.Eventually(func() error { return del(plain, client.DryRunAll) },
+			testenv.WaitFor, 100*time.Millisecond).Should(Succeed(), "the policy still applies after its deletion")
+	})
+	const refused = "may delete only a scheduled pod that claims a static IP"
+	g.Eventually(func() error { return del(plain, client.DryRunAll) }, testenv.WaitFor, 100*time.Millisecond).
+		Should(MatchError(ContainSubstring(refused)))
+	g.Expect(del(plain)).To(MatchError(ContainSubstring(refused)), "a pod that claims nothing")
+	g.Expect(del(unscheduled)).To(MatchError(ContainSubstring(refused)), "a claiming pod on no node")
+	// What the controller does, with its UID precondition.
+	uid := claiming.UID
+	g.Expect(del(claiming, client.Preconditions{UID: &uid})).To(Succeed())
+	for _, p := range []*corev1.Pod{plain, unscheduled} {
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})).To(Succeed(), "%s was deleted", p.Name)
+	}
+}
+
+// removePodPolicies deletes what config/policy/manager-pods.yaml applied.
+func removePodPolicies() {
+	for _, n := range []string{podPolicy, podDeletePolicy} {
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		_ = k8s.Delete(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
 }
