@@ -20,7 +20,7 @@
 //	  set flood4 { type ipv4_addr; flags dynamic,timeout; timeout 10s }  # per-source meters
 //	  set flood6 { type ipv6_addr; flags dynamic,timeout; timeout 10s }
 //	  chain input { type filter hook input priority filter - 10; policy accept;
-//	    udp dport PORT ip saddr != @allow4 drop        (when AllowFrom has IPv4 prefixes; IPv6 alike)
+//	    udp dport PORT ip saddr != @allow4 drop        (with AllowFrom: a family it names no network of is dropped whole)
 //	    udp dport PORT update @flood4 { ip saddr limit rate over PerSource/second burst PerSource packets } drop
 //	    udp dport PORT update @flood6 { ip6 saddr limit rate over ... } drop
 //	  }
@@ -64,7 +64,8 @@ type Config struct {
 	// Port is the witness port (UDP).
 	Port uint16
 	// AllowFrom are the networks peers send from: the node network. Empty:
-	// any source (each still metered).
+	// any source (each still metered). Not empty, a family it names no
+	// network of is refused whole (IPv6 to a node network of IPv4).
 	AllowFrom []netip.Prefix
 	// PerSource is how many datagrams a second one source may send to the
 	// port, and the burst it may send at once (PerSourceRate).
@@ -135,8 +136,11 @@ func Install(cfg Config, netnsFd int) error {
 		Hooknum: nftables.ChainHookInput, Priority: &prio, Policy: ptr.To(nftables.ChainPolicyAccept)})
 	id := uint32(0)
 	for _, f := range families {
+		// An allowlist that names no network of a family allows none of
+		// it: its set stays empty, and every datagram of that family to
+		// the port is dropped.
 		allow := f.prefixes(cfg.AllowFrom)
-		if len(allow) > 0 && !slices.ContainsFunc(allow, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
+		if len(cfg.AllowFrom) > 0 && !slices.ContainsFunc(allow, func(p netip.Prefix) bool { return p.Bits() == 0 }) {
 			id++
 			set := &nftables.Set{Table: t, ID: id, Name: "allow" + f.suffix, KeyType: f.addrType, Interval: true}
 			if err := c.AddSet(set, intervals(allow)); err != nil {

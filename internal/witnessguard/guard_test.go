@@ -196,6 +196,24 @@ func TestOnlyTheNodeNetworkReachesThePort(t *testing.T) {
 	}
 }
 
+// An allowlist of IPv4 networks refuses IPv6 whole: the socket listens
+// on both families.
+func TestAFamilyTheAllowlistOmitsIsRefused(t *testing.T) {
+	ns := newNS(t, "192.0.2.1/32", "2001:db8::1/128")
+	if err := Install(Config{Port: testPort, PerSource: 1000, AllowFrom: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, ns.fd()); err != nil {
+		t.Fatal(err)
+	}
+	r := receive(ns.listen(t, ":7946"), "192.0.2.1", "2001:db8::1")
+	ns.send(t, "2001:db8::1", "[2001:db8::1]:7946", 5, time.Millisecond)
+	ns.send(t, "192.0.2.1", "192.0.2.1:7946", 5, time.Millisecond)
+	if !eventually(func() bool { return r.from("192.0.2.1") == 5 }) {
+		t.Fatalf("%d of 5 IPv4 datagrams arrived", r.from("192.0.2.1"))
+	}
+	if got := r.from("2001:db8::1"); got != 0 {
+		t.Errorf("%d IPv6 datagrams reached the port, with only an IPv4 network allowed", got)
+	}
+}
+
 func TestOneSourceCannotCrowdOutTheOthers(t *testing.T) {
 	ns := newNS(t, "192.0.2.1/32", "192.0.2.2/32", "192.0.2.3/32")
 	const rate = 200
