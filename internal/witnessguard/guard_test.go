@@ -6,10 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -193,6 +195,15 @@ func TestOnlyTheNodeNetworkReachesThePort(t *testing.T) {
 	}
 	if outside != 20 {
 		t.Errorf("the guard counted %d datagrams dropped from outside, want 20", outside)
+	}
+	want := `
+# HELP kubext_witness_guard_dropped_total Datagrams to the witness port the kernel dropped: from outside --witness-allow-from (reason outside), or beyond a source's rate (reason rate).
+# TYPE kubext_witness_guard_dropped_total counter
+kubext_witness_guard_dropped_total{reason="outside"} 20
+kubext_witness_guard_dropped_total{reason="rate"} 0
+`
+	if err := testutil.CollectAndCompare(Collector(ns.fd()), strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }
 

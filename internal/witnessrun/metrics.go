@@ -26,30 +26,9 @@ var (
 
 func init() { agentkube.Registry.MustRegister(declarations, generationsLost) }
 
-// guardDropped reports the guard's drops, read from the kernel at each
-// scrape: a flood on the witness port shows here before it shows as
-// declarations.
-var guardDropped = prometheus.NewDesc("kubext_witness_guard_dropped_total",
-	"Datagrams to the witness port the kernel dropped: from outside --witness-allow-from (reason outside), or beyond a source's rate (reason rate).",
-	[]string{"reason"}, nil)
-
-type guardCollector struct{}
-
-func (guardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- guardDropped }
-
-func (guardCollector) Collect(ch chan<- prometheus.Metric) {
-	outside, rate, err := witnessguard.Dropped(0)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(guardDropped, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(guardDropped, prometheus.CounterValue, float64(outside), "outside")
-	ch <- prometheus.MustNewConstMetric(guardDropped, prometheus.CounterValue, float64(rate), "rate")
-}
-
 // registerGuardMetrics registers the guard's counters, once per process.
 func registerGuardMetrics() error {
-	err := agentkube.Registry.Register(guardCollector{})
+	err := agentkube.Registry.Register(witnessguard.Collector(0))
 	if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil
 	}
