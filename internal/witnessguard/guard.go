@@ -27,9 +27,10 @@
 //	}
 //
 // What it cannot do: tell a forged source address from a real one. An
-// attacker on the node network that spoofs peers' addresses still fills
-// their meters; keeping node addresses unspoofable (reverse-path filtering,
-// the network's anti-spoofing) is the network's part.
+// attacker on the node network that forges a peer's address spends that
+// peer's allowance (and from many forged addresses passes the meters);
+// keeping node addresses unforgeable (reverse-path filtering, the
+// network's anti-spoofing) is the network's part.
 package witnessguard
 
 import (
@@ -73,14 +74,18 @@ type Config struct {
 }
 
 // PerSourceRate is how many datagrams a second the guard lets one source
-// send: twenty times what a peer sends at this timing. A peer sends a
-// node a probe every ProbeInterval when the node witnesses one of its
-// holds and an answer to each of the node's probes, and probes at once,
-// off the ticker, when its witnesses or its generation change: the margin
-// covers those, clock jitter, and a few light agents sharing an address.
+// send: fifty times what a peer sends at this timing, and at least 250. A
+// peer sends a node a probe every ProbeInterval when the node witnesses
+// one of its holds and an answer to each of the node's probes, and probes
+// at once, off the ticker, when its witnesses or its generation change;
+// the margin covers those, clock jitter, and a few light agents sharing an
+// address. It is wide for another reason: an attacker who forges a peer's
+// source address spends that peer's allowance, and the wider it is the
+// more a forger must send before the peer's own datagrams are dropped
+// (still a few percent of what filling the socket takes).
 func PerSourceRate(t witness.Timing) uint32 {
 	perSecond := 2 * float64(time.Second) / float64(t.ProbeInterval)
-	return uint32(max(100, 20*perSecond))
+	return uint32(max(250, 50*perSecond))
 }
 
 // Validate checks the configuration.

@@ -337,12 +337,12 @@ func TestIntervals(t *testing.T) {
 
 func TestPerSourceRateFollowsTheTiming(t *testing.T) {
 	d := witness.DefaultTiming()
-	if got := PerSourceRate(d); got != 800 { // 2 datagrams every 50 ms, twenty times over
-		t.Errorf("default timing: %d a second, want 800", got)
+	if got := PerSourceRate(d); got != 2000 { // 2 datagrams every 50 ms, fifty times over
+		t.Errorf("default timing: %d a second, want 2000", got)
 	}
 	slow := d
 	slow.ProbeInterval = time.Second
-	if got := PerSourceRate(slow); got != 100 {
-		t.Errorf("a probe a second: %d, want the floor of 100", got)
+	if got := PerSourceRate(slow); got != 250 {
+		t.Errorf("a probe a second: %d, want the floor of 250", got)
 	}
 }

@@ -94,7 +94,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 		"IPs of pools with failover Witness are then held while a majority of their witnesses vouches for this node.")
 	fs.StringVar(&c.KeyFile, "witness-key-file", "", "File holding the cluster's witness key (at least 32 bytes; the Secret kubext-witness-key).")
 	fs.BoolVar(&c.Guard, "witness-guard", c.Guard, "Drop floods to the witness port in the kernel (nftables table kubext-witness): "+
-		"datagrams from outside --witness-allow-from, and from any one source beyond twenty times a peer's rate.")
+		"datagrams from outside --witness-allow-from, and from any one source beyond fifty times a peer's rate.")
 	fs.Func(AllowFromFlag, "Comma-separated CIDRs the other nodes' agents send from: the node network (default $WITNESS_ALLOW_FROM; empty: any source). "+
 		"Pods and the Internet then cannot reach the witness port at all.", func(v string) error {
 		c.AllowFrom = nil
