@@ -90,7 +90,7 @@ func (r *Reconciler) holdRule(ip *ipv1.IP, leaseHeld bool, now time.Time) (gen i
 	r.fellBack.Store(ip.UID, true)
 	if _, told := r.warned.LoadOrStore("fallback/"+string(ip.UID), true); !told {
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ipv1.ReasonWitnessesUnreachable, "Attach",
-			"Node %s heard no majority of the witnesses %s within %s (is UDP port %d open between the nodes?): it holds %s on its heartbeat Lease instead, and fails over as in Lease failover",
+			"Node %s heard no majority of the witnesses %s within %s (is UDP port %d open between the nodes, and are their addresses in the agents' witness-allow-from?): it holds %s on its heartbeat Lease instead, and fails over as in Lease failover",
 			r.Node, strings.Join(ip.Status.Witnesses, ", "), r.Witness.fallbackAfter(), r.Witness.Port, ip.Status.Address)
 	}
 	return 0, leaseHeld

@@ -57,7 +57,7 @@ func (r *Reconciler) witnessCondition(ctx context.Context, pool *ipv1.IPPool) er
 			names = append(names[:5:5], "...")
 		}
 		c.Status, c.Reason = metav1.ConditionFalse, ipv1.ReasonWitnessesUnreachable
-		c.Message = fmt.Sprintf("%d of %d held IPs are held on their node's Lease because their witnesses did not vouch in time (UDP port of the ip-agents' --witness-port filtered between the nodes, or the witnesses' agents down): %s; they fail over as in Lease failover and go dark while the API server stalls",
+		c.Message = fmt.Sprintf("%d of %d held IPs are held on their node's Lease because their witnesses did not vouch in time (UDP port of the ip-agents' --witness-port filtered between the nodes or outside their witness-allow-from, or the witnesses' agents down): %s; they fail over as in Lease failover and go dark while the API server stalls",
 			len(fellBack), held, strings.Join(names, ", "))
 	}
 	setCondition(pool, c)

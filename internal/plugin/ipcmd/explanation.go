@@ -224,7 +224,7 @@ func diagnose(f *facts, ready *metav1.Condition) []string {
 	switch ready.Reason {
 	case ipv1.ReasonReady:
 		if len(ip.Status.Witnesses) > 0 && ip.Status.AttachedGeneration == 0 {
-			out = append(out, fmt.Sprintf("Held on node %s's Lease, not on its witnesses' word: none of %s vouched in time. Open UDP port 7946 (the ip-agents' --witness-port) between the nodes; until then it fails over in about 2 s and goes dark while the API server stalls.",
+			out = append(out, fmt.Sprintf("Held on node %s's Lease, not on its witnesses' word: none of %s vouched in time. Open UDP port 7946 (the ip-agents' --witness-port) between the nodes, and check that their addresses are in the ip-agent ConfigMap's witness-allow-from; until then it fails over in about 2 s and goes dark while the API server stalls.",
 				ip.Status.Node, strings.Join(ip.Status.Witnesses, ", ")))
 		}
 		if len(ip.Status.Witnesses) == 0 && ip.Status.AttachedGeneration == 0 && f.pool != nil && f.pool.Spec.Failover == ipv1.FailoverWitness {
