@@ -1,7 +1,7 @@
 package witnessrun
 
 import (
-	"errors"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -24,13 +24,21 @@ var (
 	})
 )
 
-func init() { agentkube.Registry.MustRegister(declarations, generationsLost) }
+func init() {
+	agentkube.Registry.MustRegister(declarations, generationsLost, guardMetrics{witnessguard.Collector(0)})
+}
 
-// registerGuardMetrics registers the guard's counters, once per process.
-func registerGuardMetrics() error {
-	err := agentkube.Registry.Register(witnessguard.Collector(0))
-	if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		return nil
+// guardInstalled is set once New has installed the guard: before, and
+// without one (--witness-guard=false, the bench's light agents), its
+// counters are not reported.
+var guardInstalled atomic.Bool
+
+// guardMetrics reports the guard's drops (witnessguard.Collector) once it
+// is installed.
+type guardMetrics struct{ prometheus.Collector }
+
+func (g guardMetrics) Collect(ch chan<- prometheus.Metric) {
+	if guardInstalled.Load() {
+		g.Collector.Collect(ch)
 	}
-	return err
 }

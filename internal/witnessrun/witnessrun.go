@@ -211,9 +211,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 		if err := witnessguard.Install(g, 0); err != nil {
 			return nil, fmt.Errorf("guarding the witness port (--witness-guard): %w", err)
 		}
-		if err := registerGuardMetrics(); err != nil {
-			return nil, err
-		}
+		guardInstalled.Store(true)
 		log.Info("Witness port guarded", "allowFrom", c.AllowFrom, "perSourcePerSecond", g.PerSource)
 	}
 	conn, err := witnessnet.Listen(ctx, net.JoinHostPort(c.Host, strconv.FormatUint(uint64(c.Port), 10)))

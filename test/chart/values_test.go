@@ -34,6 +34,7 @@ func TestValuesSchemaRefuses(t *testing.T) {
 		{"agents.rebootAgent.sentinelFile=reboot-required", "/agents/rebootAgent/sentinelFile"},
 		{"agents.ipAgent.leaseDuration=2 seconds", "/agents/ipAgent/leaseDuration"},
 		{"agents.ipAgent.witnessAllowFrom=the nodes", "/agents/ipAgent/witnessAllowFrom"},
+		{"agents.ipAgent.witnessGuard=maybe", "/agents/ipAgent/witnessGuard"},
 		{"namePrefix=kubext", "/namePrefix"},
 		{"webhooks.certificates=openssl", "/webhooks/certificates"},
 		// Not a schema rule: the template refuses a budget no drain can meet.
@@ -79,7 +80,7 @@ func TestValuesReachTheManifests(t *testing.T) {
 		"namePrefix=acme-", "controllers={ip,ippool,reboot}", "logging.level=debug", "logging.format=console",
 		"image.digest=sha256:" + strings.Repeat("ab", 32),
 		"manager.leaderElection.leaseDuration=30s", "manager.replicas=3",
-		"agents.ipAgent.interface=eth1", "agents.ipAgent.leaseDuration=4s", "agents.ipAgent.excludeSNAT=10.0.0.0/8", "agents.ipAgent.witnessAllowFrom=192.0.2.0/24",
+		"agents.ipAgent.interface=eth1", "agents.ipAgent.leaseDuration=4s", "agents.ipAgent.excludeSNAT=10.0.0.0/8", "agents.ipAgent.witnessAllowFrom=192.0.2.0/24", "agents.ipAgent.witnessGuard=false",
 		"agents.rebootAgent.sentinelFile=/run/kubext/reboot", "agents.rebootAgent.rebootMethod=command",
 		"agents.rebootAgent.rebootCommand=/bin/true", "monitoring.podMonitor.enabled=true", "rbac.aggregatedRoles=false",
 	}, ","))
@@ -109,7 +110,7 @@ func TestValuesReachTheManifests(t *testing.T) {
 		"--zap-encoder=console", "--leader-elect", "--leader-elect-lease-duration=30s",
 		"--webhook-service-name=acme-webhook-service", "--webhook-secret-name=acme-webhook-server-cert",
 		"--webhook-configurations=acme-validating-webhook-configuration")
-	check("DaemonSet/acme-ip-agent", "--interface=eth1", "--lease-duration=4s", "--metrics-bind-address=:8084")
+	check("DaemonSet/acme-ip-agent", "--interface=eth1", "--lease-duration=4s", "--metrics-bind-address=:8084", "--witness-guard=false")
 	rb := check("DaemonSet/acme-reboot-agent", "--sentinel-file=/host/run/kubext/reboot", "--reboot-method=command",
 		"--reboot-command=/bin/true", "--metrics-bind-address=:8085")
 	if sc, _ := rb["securityContext"].(map[string]any); sc["privileged"] != true {
