@@ -1,6 +1,8 @@
 package witness
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"maps"
 	"slices"
@@ -18,6 +20,9 @@ const (
 	// AnnotationDeclared holds its declarations: "node=gen,node=gen",
 	// sorted by node.
 	AnnotationDeclared = "witness.ip.kubext.io/declared"
+	// AnnotationPublicKey holds the Ed25519 public key the agent signs its
+	// messages with (standard base64), one per run of the agent.
+	AnnotationPublicKey = "witness.ip.kubext.io/public-key"
 	// maxDeclared bounds the annotation (a declaration per node of a
 	// pool's witness sets; annotations are limited to 256 KiB in all).
 	maxDeclared = 1000
@@ -77,4 +82,16 @@ func ParseGen(v string) (Gen, error) {
 		return 0, fmt.Errorf("witness: generation %q is not a number", v)
 	}
 	return Gen(g), nil
+}
+
+// FormatPublicKey is the annotation value for a public key.
+func FormatPublicKey(k ed25519.PublicKey) string { return base64.StdEncoding.EncodeToString(k) }
+
+// ParsePublicKey reads AnnotationPublicKey.
+func ParsePublicKey(v string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("witness: public key %q is not %d bytes of base64", v, ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b), nil
 }

@@ -2,6 +2,7 @@ package witness
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
@@ -9,21 +10,45 @@ import (
 
 var testKey = bytes.Repeat([]byte{7}, MinKeySize)
 
-func TestWireRoundTrip(t *testing.T) {
-	c, err := NewCodec(testKey)
+// testNodes are the nodes of the wire tests, each with its own key pair
+// (fixed seeds: the fuzz corpus stays valid).
+var testNodes = []string{"a", "b", "c", "node-a", "node-b"}
+
+func testPrivate(node string) ed25519.PrivateKey {
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, node)
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+func testKeys() KeyMap {
+	keys := KeyMap{}
+	for _, n := range testNodes {
+		keys[n] = testPrivate(n).Public().(ed25519.PublicKey)
+	}
+	return keys
+}
+
+// codecFor is node's codec, knowing every test node's public key.
+func codecFor(t testing.TB, node string) *Codec {
+	t.Helper()
+	c, err := NewCodec(testKey, testPrivate(node), testKeys())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestWireRoundTrip(t *testing.T) {
 	for _, m := range []Message{
 		{From: "node-a", To: "node-b", Gen: 1 << 60, Seq: 42},
 		{From: "node-b", To: "node-a", Gen: 3, Seq: 42, IsAnswer: true, Answer: Answer{Vouch: true, Declared: 2}},
 		{From: "b", To: "a", Gen: 3, Seq: 1, IsAnswer: true, Answer: Answer{Declared: 3}},
 	} {
-		b, err := c.Encode(m)
+		b, err := codecFor(t, m.From).Encode(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := c.Decode(b, m.To)
+		got, err := codecFor(t, m.To).Decode(b, m.To)
 		if err != nil || got != m {
 			t.Fatalf("Decode(Encode(%+v)) = %+v, %v", m, got, err)
 		}
@@ -31,37 +56,64 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 func TestWireRefusesForgeriesAndMisdirection(t *testing.T) {
-	c, _ := NewCodec(testKey)
-	other, _ := NewCodec(bytes.Repeat([]byte{8}, MinKeySize))
+	a, b := codecFor(t, "a"), codecFor(t, "b")
+	otherCluster, _ := NewCodec(bytes.Repeat([]byte{8}, MinKeySize), testPrivate("b"), testKeys())
 	m := Message{From: "b", To: "a", Gen: 3, Seq: 9, IsAnswer: true, Answer: Answer{Vouch: true}}
-	good, _ := c.Encode(m)
-	forged, _ := other.Encode(m)
+	good, _ := b.Encode(m)
+	forged, _ := otherCluster.Encode(m)
 	flipped := bytes.Clone(good)
-	flipped[len(flipped)-macSize-9] ^= 1 // vouch byte
+	flipped[len(flipped)-macSize-sigSize-9] ^= 1 // vouch byte
 
-	for name, b := range map[string][]byte{
-		"other key":  forged,
-		"tampered":   flipped,
-		"truncated":  good[:len(good)-1],
-		"empty":      nil,
-		"short":      good[:10],
-		"mac only":   good[len(good)-macSize:],
-		"extra byte": append(bytes.Clone(good), 0),
+	for name, d := range map[string][]byte{
+		"other cluster key": forged,
+		"tampered":          flipped,
+		"truncated":         good[:len(good)-1],
+		"empty":             nil,
+		"short":             good[:10],
+		"mac only":          good[len(good)-macSize:],
+		"extra byte":        append(bytes.Clone(good), 0),
 	} {
-		if _, err := c.Decode(b, "a"); !errors.Is(err, ErrBadMessage) {
+		if _, err := a.Decode(d, "a"); !errors.Is(err, ErrBadMessage) {
 			t.Errorf("%s: Decode error = %v, want ErrBadMessage", name, err)
 		}
 	}
-	if _, err := c.Decode(good, "c"); err == nil || !strings.Contains(err.Error(), "addressed to") {
+	if _, err := codecFor(t, "c").Decode(good, "c"); err == nil || !strings.Contains(err.Error(), "addressed to") {
 		t.Errorf("a message for a decoded by c: %v", err)
 	}
 }
 
+// A node with the cluster's key (root on any node has it) cannot speak
+// for another: c signing as b is refused by a, with b's name so that a
+// can read b's key again.
+func TestWireRefusesAnotherNodesWord(t *testing.T) {
+	a, c := codecFor(t, "a"), codecFor(t, "c")
+	forged, err := c.Encode(Message{From: "b", To: "a", Gen: 3, Seq: 9, IsAnswer: true, Answer: Answer{Vouch: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.Decode(forged, "a")
+	if !errors.Is(err, ErrUnverified) || got.From != "b" || got.Answer.Vouch {
+		t.Errorf("c's vouch signed as b: %+v, %v; want ErrUnverified naming b, and no vouch", got, err)
+	}
+	// A sender whose key a does not know.
+	stranger, _ := NewCodec(testKey, testPrivate("d"), testKeys())
+	probe, _ := stranger.Encode(Message{From: "d", To: "a", Gen: 1, Seq: 1})
+	if got, err := a.Decode(probe, "a"); !errors.Is(err, ErrUnverified) || got.From != "d" {
+		t.Errorf("a probe from an unknown node: %+v, %v; want ErrUnverified naming d", got, err)
+	}
+}
+
 func TestWireRefusesBadInput(t *testing.T) {
-	if _, err := NewCodec([]byte("short")); err == nil {
+	if _, err := NewCodec([]byte("short"), testPrivate("a"), testKeys()); err == nil {
 		t.Error("a 5-byte key accepted")
 	}
-	c, _ := NewCodec(testKey)
+	if _, err := NewCodec(testKey, nil, testKeys()); err == nil {
+		t.Error("no private key accepted")
+	}
+	if _, err := NewCodec(testKey, testPrivate("a"), nil); err == nil {
+		t.Error("no public keys accepted")
+	}
+	c := codecFor(t, "a")
 	if _, err := c.Encode(Message{From: "", To: "a"}); err == nil {
 		t.Error("empty sender accepted")
 	}
@@ -70,19 +122,33 @@ func TestWireRefusesBadInput(t *testing.T) {
 	}
 }
 
+func TestPublicKeyAnnotation(t *testing.T) {
+	k := testPrivate("a").Public().(ed25519.PublicKey)
+	got, err := ParsePublicKey(FormatPublicKey(k))
+	if err != nil || !got.Equal(k) {
+		t.Fatalf("round trip: %x, %v", got, err)
+	}
+	for _, bad := range []string{"", "not base64!", FormatPublicKey(k[:31])} {
+		if _, err := ParsePublicKey(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
 // FuzzDecode: no datagram makes Decode panic, and whatever it accepts
-// re-encodes to the same bytes.
+// re-encodes, by its sender, to the same bytes (Ed25519 signs
+// deterministically).
 func FuzzDecode(f *testing.F) {
-	c, _ := NewCodec(testKey)
-	seed, _ := c.Encode(Message{From: "b", To: "a", Gen: 1, Seq: 1})
+	seed, _ := codecFor(f, "b").Encode(Message{From: "b", To: "a", Gen: 1, Seq: 1})
 	f.Add(seed)
 	f.Add([]byte{})
+	a := codecFor(f, "a")
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := c.Decode(b, "a")
+		m, err := a.Decode(b, "a")
 		if err != nil {
 			return
 		}
-		again, err := c.Encode(m)
+		again, err := codecFor(t, m.From).Encode(m)
 		if err != nil || !bytes.Equal(again, b) {
 			t.Fatalf("accepted %x, re-encoded %x (%v)", b, again, err)
 		}

@@ -3,6 +3,7 @@ package witnessguard
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"net"
 	"net/netip"
@@ -91,7 +92,8 @@ func startPeer(t *testing.T, ns *testNS, node, addr string, key []byte, timing w
 	}); err != nil {
 		t.Fatal(err)
 	}
-	codec, err := witness.NewCodec(key)
+	codec, err := witness.NewCodec(key, nodeKey(node), witness.KeyMap{
+		"h": nodeKey("h").Public().(ed25519.PublicKey), "w": nodeKey("w").Public().(ed25519.PublicKey)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,4 +106,11 @@ func startPeer(t *testing.T, ns *testNS, node, addr string, key []byte, timing w
 	go func() { defer close(done); _ = p.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; _ = conn.Close() })
 	return p
+}
+
+// nodeKey is a test node's signing key, from its name.
+func nodeKey(node string) ed25519.PrivateKey {
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, node)
+	return ed25519.NewKeyFromSeed(seed)
 }

@@ -40,7 +40,12 @@ type Config struct {
 	OnVouched  func()
 	OnDeclared func([]witness.Hold)
 	OnLost     func()
-	Log        logr.Logger
+	// OnUnverified is called with the sender of a message whose signature
+	// could not be verified (witness.ErrUnverified): its key is not known
+	// yet, or it changed (its agent restarted); the agent reads it again.
+	// It runs on the receiving loop and must not block. May be nil.
+	OnUnverified func(node string)
+	Log          logr.Logger
 }
 
 // Peer is one agent's end of the protocol.
@@ -214,6 +219,9 @@ func (p *Peer) receive(ctx context.Context) {
 		m, err := p.cfg.Codec.Decode(buf[:n], p.cfg.Node)
 		if err != nil {
 			p.cfg.Log.V(1).Info("Dropped a datagram", "from", from.String(), "error", err.Error())
+			if errors.Is(err, witness.ErrUnverified) && p.cfg.OnUnverified != nil {
+				p.cfg.OnUnverified(m.From)
+			}
 			continue
 		}
 		if m.IsAnswer {

@@ -3,8 +3,10 @@ package witnessnet
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,25 +26,49 @@ type testPeer struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu       sync.Mutex
-	declared []witness.Hold
-	lost     bool
+	mu         sync.Mutex
+	declared   []witness.Hold
+	lost       bool
+	unverified []string
+}
+
+// privateKey is node's key pair in the tests (from its name: every test
+// peer knows every other's public key, as the agents read them from the
+// Leases).
+func privateKey(node string) ed25519.PrivateKey {
+	seed := make([]byte, ed25519.SeedSize)
+	copy(seed, node)
+	return ed25519.NewKeyFromSeed(seed)
+}
+
+// testKeys knows every node's public key from its name.
+type testKeys struct{}
+
+func (testKeys) PublicKey(node string) (ed25519.PublicKey, bool) {
+	return privateKey(node).Public().(ed25519.PublicKey), true
 }
 
 func start(t *testing.T, node string, key byte, gen witness.Gen) *testPeer {
+	t.Helper()
+	return startSigning(t, node, key, privateKey(node), gen)
+}
+
+// startSigning starts a peer for node that signs with priv.
+func startSigning(t *testing.T, node string, key byte, priv ed25519.PrivateKey, gen witness.Gen) *testPeer {
 	t.Helper()
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec, err := witness.NewCodec(bytes.Repeat([]byte{key}, witness.MinKeySize))
+	codec, err := witness.NewCodec(bytes.Repeat([]byte{key}, witness.MinKeySize), priv, testKeys{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp := &testPeer{addr: conn.LocalAddr().(*net.UDPAddr).AddrPort(), done: make(chan struct{})}
 	tp.Peer, err = New(Config{Node: node, Timing: fast, Codec: codec, Conn: conn, Gen: gen,
-		OnDeclared: func(h []witness.Hold) { tp.mu.Lock(); tp.declared = append(tp.declared, h...); tp.mu.Unlock() },
-		OnLost:     func() { tp.mu.Lock(); tp.lost = true; tp.mu.Unlock() },
+		OnDeclared:   func(h []witness.Hold) { tp.mu.Lock(); tp.declared = append(tp.declared, h...); tp.mu.Unlock() },
+		OnLost:       func() { tp.mu.Lock(); tp.lost = true; tp.mu.Unlock() },
+		OnUnverified: func(n string) { tp.mu.Lock(); tp.unverified = append(tp.unverified, n); tp.mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +124,23 @@ func TestPeersVouchAndDeclareOverUDP(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A node with the cluster's key (root on any node has it) that signs as
+// another cannot vouch in its name: the holder refuses the answers and
+// asks for the named node's key again.
+func TestAPeerCannotVouchAsAnother(t *testing.T) {
+	a, rogue := start(t, "a", 1, 7), startSigning(t, "b", 1, privateKey("rogue"), 3)
+	a.SetWitnesses(map[string]netip.AddrPort{"b": rogue.addr})
+	time.Sleep(20 * fast.ProbeInterval)
+	if a.HeldUntil([]string{"b"}).After(time.Now()) {
+		t.Fatal("a holds on answers another node signed as b")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.Contains(a.unverified, "b") {
+		t.Errorf("a did not ask for b's key again: %v", a.unverified)
+	}
 }
 
 func TestAPeerWithAnotherKeyCannotVouch(t *testing.T) {
@@ -164,7 +207,7 @@ func TestALostHolderHoldsAgainInANewGeneration(t *testing.T) {
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize))
+	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), privateKey("a"), testKeys{})
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

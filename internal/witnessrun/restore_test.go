@@ -2,6 +2,7 @@ package witnessrun
 
 import (
 	"context"
+	"crypto/ed25519"
 	"testing"
 	"time"
 
@@ -80,7 +81,8 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 	// (restore retries until RBAC and policy are loaded.)
 	first, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	gen0, _, err := restore(first, leases, node, log)
+	pub0, _, _ := ed25519.GenerateKey(nil)
+	gen0, _, err := restore(first, leases, node, pub0, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +92,10 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 	}
 	if got := l.Annotations[witness.AnnotationGeneration]; got != formatGen(gen0) || l.Spec.RenewTime != nil || *l.Spec.HolderIdentity != node {
 		t.Fatalf("created %v (generation %q, want %d)", l, got, gen0)
+	}
+	// The run's key is published before any message is signed with it.
+	if got, err := witness.ParsePublicKey(l.Annotations[witness.AnnotationPublicKey]); err != nil || !got.Equal(pub0) {
+		t.Fatalf("created with key %q, want the run's: %v", l.Annotations[witness.AnnotationPublicKey], err)
 	}
 	earlier := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l.Labels,
 		Annotations: map[string]string{witness.AnnotationDeclared: "node-h=3"}},
@@ -102,7 +108,8 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 	// that copy, still on its way when the next run restores: refused
 	// when it lands.
 	old := l.DeepCopy()
-	gen1, declared, err := restore(ctx, leases, node, log)
+	pub1, _, _ := ed25519.GenerateKey(nil)
+	gen1, declared, err := restore(ctx, leases, node, pub1, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +127,14 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got, err := witness.ParsePublicKey(l.Annotations[witness.AnnotationPublicKey]); err != nil || !got.Equal(pub1) {
+		t.Fatalf("the next run's key is not on the Lease: %q, %v", l.Annotations[witness.AnnotationPublicKey], err)
+	}
 	l.Annotations[witness.AnnotationDeclared] = "node-h=3"
 	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gen2, declared, err := restore(ctx, leases, node, log)
+	gen2, declared, err := restore(ctx, leases, node, pub1, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ package witnessrun
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -167,6 +168,10 @@ type Run struct {
 	agent   follower
 	dp      Refresher
 	log     logr.Logger
+	// pub is this run's public key, published on the Lease; keys are the
+	// other nodes'.
+	pub  ed25519.PublicKey
+	keys *keyring
 }
 
 // New restores what this node published before (its last generation and
@@ -197,11 +202,18 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	if err != nil {
 		return nil, fmt.Errorf("--witness-key-file: %w", err)
 	}
-	codec, err := witness.NewCodec(key)
+	// This run's own key: published with its generation before any
+	// message is signed with it.
+	pub, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	keys := newKeyring(leases.Leases(namespace), log.WithName("keys"))
+	codec, err := witness.NewCodec(key, priv, keys)
 	if err != nil {
 		return nil, fmt.Errorf("--witness-key-file %s: %w", c.KeyFile, err)
 	}
-	gen, declared, err := restore(ctx, leases.Leases(namespace), node, log)
+	gen, declared, err := restore(ctx, leases.Leases(namespace), node, pub, log)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +230,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	if err != nil {
 		return nil, fmt.Errorf("witness port: %w", err)
 	}
-	w := &Run{timing: c.Timing, vouched: make(chan struct{}, 1), agent: agent, dp: dp, log: log}
+	w := &Run{timing: c.Timing, vouched: make(chan struct{}, 1), agent: agent, dp: dp, log: log, pub: pub, keys: keys}
 	w.peer, err = witnessnet.New(witnessnet.Config{
 		Node:     node,
 		Timing:   c.Timing,
@@ -246,7 +258,8 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 			}
 			publish()
 		},
-		Log: log.WithName("witness"),
+		OnUnverified: keys.reread,
+		Log:          log.WithName("witness"),
 	})
 	if err != nil {
 		return nil, errors.Join(err, conn.Close())
@@ -260,7 +273,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 // (see New): the new generation on the Lease, or a Lease with nothing else
 // (no renewal: the heartbeat makes those) when there is none. It retries
 // until both succeed or ctx ends.
-func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, log logr.Logger) (witness.Gen, map[string]witness.Gen, error) {
+func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, pub ed25519.PublicKey, log logr.Logger) (witness.Gen, map[string]witness.Gen, error) {
 	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
 	var gen witness.Gen
 	var declared map[string]witness.Gen
@@ -271,7 +284,7 @@ func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, 
 			gen, declared = witness.NextGen(0, time.Now()), nil
 			_, err = leases.Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{heartbeat.LabelComponent: ipv1.AgentComponent},
-					Annotations: map[string]string{witness.AnnotationGeneration: formatGen(gen)}},
+					Annotations: map[string]string{witness.AnnotationGeneration: formatGen(gen), witness.AnnotationPublicKey: witness.FormatPublicKey(pub)}},
 				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node)},
 			}, metav1.CreateOptions{})
 		case err != nil:
@@ -289,6 +302,7 @@ func restore(ctx context.Context, leases heartbeat.LeaseInterface, node string, 
 				l.Annotations = map[string]string{}
 			}
 			l.Annotations[witness.AnnotationGeneration] = formatGen(gen)
+			l.Annotations[witness.AnnotationPublicKey] = witness.FormatPublicKey(pub)
 			// The agents' policy lets an agent write only a Lease its node
 			// holds.
 			l.Spec.HolderIdentity = ptr.To(node)
@@ -311,6 +325,7 @@ func (w *Run) Peer() *witnessnet.Peer { return w.peer }
 // witnesses vouch.
 func (w *Run) Start(ctx context.Context) error {
 	go w.follow(ctx)
+	go w.keys.run(ctx)
 	return w.peer.Run(ctx)
 }
 
@@ -370,7 +385,7 @@ func (w *Run) Annotations() map[string]string {
 	if w == nil {
 		return nil
 	}
-	out := map[string]string{witness.AnnotationGeneration: formatGen(w.peer.Gen())}
+	out := map[string]string{witness.AnnotationGeneration: formatGen(w.peer.Gen()), witness.AnnotationPublicKey: witness.FormatPublicKey(w.pub)}
 	// Never write fewer declarations than before: leave the old ones.
 	if decl, err := witness.FormatDeclared(w.peer.Declared()); err != nil {
 		w.log.Error(err, "Publishing declarations")
