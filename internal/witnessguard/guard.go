@@ -1,6 +1,6 @@
 // Package witnessguard keeps floods off the witness port (docs/design/failover.md,
 // "The witness port under attack"). The protocol itself refuses forged and
-// replayed datagrams (HMAC, generation, probe matching), but refusing costs
+// replayed datagrams (HMAC, signatures, generation, probe matching), but refusing costs
 // a read and a MAC, and a socket buffer full of junk drops the probes and
 // answers that hold the node's addresses: every hold lapses, the witnesses
 // declare a live node silent, and its addresses go dark (a denial of
