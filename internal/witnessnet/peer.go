@@ -45,6 +45,10 @@ type Config struct {
 	// yet, or it changed (its agent restarted); the agent reads it again.
 	// It runs on the receiving loop and must not block. May be nil.
 	OnUnverified func(node string)
+	// OnNewWitness is called with each node SetWitnesses adds: the agent
+	// reads its key now rather than when its first answer fails to
+	// verify, an API round trip later. May be nil.
+	OnNewWitness func(node string)
 	Log          logr.Logger
 }
 
@@ -107,14 +111,22 @@ func (p *Peer) signal() {
 // of its holds and of the placements it is about to claim.
 func (p *Peer) SetWitnesses(ws map[string]netip.AddrPort) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	var added []string
 	for n, a := range ws {
 		if p.witnesses[n] != a {
 			p.signal() // a new witness: ask it now, not at the next tick
-			break
+		}
+		if _, had := p.witnesses[n]; !had {
+			added = append(added, n)
 		}
 	}
 	p.witnesses = maps.Clone(ws)
+	p.mu.Unlock()
+	if p.cfg.OnNewWitness != nil {
+		for _, n := range added {
+			p.cfg.OnNewWitness(n)
+		}
+	}
 }
 
 // HeldUntil is until when this node may answer for a hold with these

@@ -44,6 +44,9 @@ const (
 	rereadEvery = time.Second
 	// rereadsPerSecond bounds the reads of all nodes' keys.
 	rereadsPerSecond = 10
+	// keyReaders read keys side by side: a node placed with new witnesses
+	// waits for the slowest read, not for their sum.
+	keyReaders = 4
 )
 
 func newKeyring(leases heartbeat.LeaseInterface, log logr.Logger) *keyring {
@@ -57,6 +60,13 @@ func (k *keyring) PublicKey(node string) (ed25519.PublicKey, bool) {
 	defer k.mu.Unlock()
 	pub, ok := k.keys[node]
 	return pub, ok
+}
+
+// want asks for node's key to be read if none is known (a new witness).
+func (k *keyring) want(node string) {
+	if _, ok := k.PublicKey(node); !ok {
+		k.reread(node)
+	}
 }
 
 // reread asks for node's key to be read again; it never blocks (it runs
@@ -91,12 +101,16 @@ func (k *keyring) run(ctx context.Context) {
 func (k *keyring) read(ctx context.Context, node string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	l, err := k.leases.Get(ctx, heartbeat.LeaseName(ipv1.AgentComponent, node), metav1.GetOptions{})
+	// From the API server's watch cache ("0"): no etcd read for each of
+	// the keys a cluster's agents read at their start. A stale copy only
+	// has the node's previous key, which fails to verify and is read
+	// again a second later.
+	l, err := k.leases.Get(ctx, heartbeat.LeaseName(ipv1.AgentComponent, node), metav1.GetOptions{ResourceVersion: "0"})
 	var pub ed25519.PublicKey
 	switch {
 	case apierrors.IsNotFound(err):
 	case err != nil:
-		k.log.V(1).Info("Reading a node's witness key", "node", node, "error", err.Error())
+		k.log.Info("Reading a node's witness key", "node", node, "error", err.Error())
 		return // keep what is known: the API server may be down
 	default:
 		if pub, err = witness.ParsePublicKey(l.Annotations[witness.AnnotationPublicKey]); err != nil {

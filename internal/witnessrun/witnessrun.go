@@ -259,6 +259,7 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 			publish()
 		},
 		OnUnverified: keys.reread,
+		OnNewWitness: keys.want,
 		Log:          log.WithName("witness"),
 	})
 	if err != nil {
@@ -325,7 +326,9 @@ func (w *Run) Peer() *witnessnet.Peer { return w.peer }
 // witnesses vouch.
 func (w *Run) Start(ctx context.Context) error {
 	go w.follow(ctx)
-	go w.keys.run(ctx)
+	for range keyReaders {
+		go w.keys.run(ctx)
+	}
 	return w.peer.Run(ctx)
 }
 
