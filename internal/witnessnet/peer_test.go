@@ -30,6 +30,8 @@ type testPeer struct {
 	declared   []witness.Hold
 	lost       bool
 	unverified []string
+	// newWitnesses are OnNewWitness's calls.
+	newWitnesses []string
 }
 
 // privateKey is node's key pair in the tests (from its name: every test
@@ -69,6 +71,7 @@ func startSigning(t *testing.T, node string, key byte, priv ed25519.PrivateKey, 
 		OnDeclared:   func(h []witness.Hold) { tp.mu.Lock(); tp.declared = append(tp.declared, h...); tp.mu.Unlock() },
 		OnLost:       func() { tp.mu.Lock(); tp.lost = true; tp.mu.Unlock() },
 		OnUnverified: func(n string) { tp.mu.Lock(); tp.unverified = append(tp.unverified, n); tp.mu.Unlock() },
+		OnNewWitness: func(n string) { tp.mu.Lock(); tp.newWitnesses = append(tp.newWitnesses, n); tp.mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +143,20 @@ func TestAPeerCannotVouchAsAnother(t *testing.T) {
 	defer a.mu.Unlock()
 	if !slices.Contains(a.unverified, "b") {
 		t.Errorf("a did not ask for b's key again: %v", a.unverified)
+	}
+}
+
+// The agent reads a witness's key as soon as it is named, once.
+func TestNewWitnessesAreAnnounced(t *testing.T) {
+	a := start(t, "a", 1, 7)
+	b, c := netip.MustParseAddrPort("127.0.0.1:9"), netip.MustParseAddrPort("127.0.0.1:10")
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b})
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b, "c": c})
+	a.SetWitnesses(map[string]netip.AddrPort{"b": b, "c": c})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slices.Equal(a.newWitnesses, []string{"b", "c"}) {
+		t.Errorf("new witnesses announced: %v, want [b c]", a.newWitnesses)
 	}
 }
 
