@@ -6,6 +6,7 @@
 package witnessnet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -64,7 +65,23 @@ type Peer struct {
 	// kick asks the loop to probe now: new witnesses to hear from, or a
 	// new generation to be vouched for.
 	kick chan struct{}
+	// unverified is the last message of each sender whose signature
+	// could not be verified yet: handled by Retry once the sender's key
+	// is read, not one probe interval later when the next one comes (a
+	// failover to a node that restarted waits for it).
+	unverified map[string]heldMessage
 }
+
+// heldMessage is a datagram kept for Retry.
+type heldMessage struct {
+	data []byte
+	from net.Addr
+	at   time.Time
+}
+
+// maxUnverified bounds the messages kept for Retry: anybody with the
+// cluster's key can send under any name.
+const maxUnverified = 64
 
 // New checks the configuration.
 func New(cfg Config) (*Peer, error) {
@@ -78,8 +95,9 @@ func New(cfg Config) (*Peer, error) {
 		cfg:       cfg,
 		w:         witness.NewWitness(cfg.Timing, cfg.Declared),
 		h:         witness.NewHolder(cfg.Timing, cfg.Gen),
-		witnesses: map[string]netip.AddrPort{},
-		kick:      make(chan struct{}, 1),
+		witnesses:  map[string]netip.AddrPort{},
+		kick:       make(chan struct{}, 1),
+		unverified: map[string]heldMessage{},
 	}, nil
 }
 
@@ -231,17 +249,55 @@ func (p *Peer) receive(ctx context.Context) {
 		m, err := p.cfg.Codec.Decode(buf[:n], p.cfg.Node)
 		if err != nil {
 			p.cfg.Log.V(1).Info("Dropped a datagram", "from", from.String(), "error", err.Error())
-			if errors.Is(err, witness.ErrUnverified) && p.cfg.OnUnverified != nil {
-				p.cfg.OnUnverified(m.From)
+			if errors.Is(err, witness.ErrUnverified) {
+				p.hold(m.From, buf[:n], from)
+				if p.cfg.OnUnverified != nil {
+					p.cfg.OnUnverified(m.From)
+				}
 			}
 			continue
 		}
-		if m.IsAnswer {
-			p.answered(m)
-		} else {
-			p.answer(m, from)
-		}
+		p.handle(m, from)
 	}
+}
+
+func (p *Peer) handle(m witness.Message, from net.Addr) {
+	if m.IsAnswer {
+		p.answered(m)
+	} else {
+		p.answer(m, from)
+	}
+}
+
+// hold keeps an unverified message of node's for Retry.
+func (p *Peer) hold(node string, data []byte, from net.Addr) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.unverified[node]; !ok && len(p.unverified) >= maxUnverified {
+		return
+	}
+	p.unverified[node] = heldMessage{data: bytes.Clone(data), from: from, at: time.Now()}
+}
+
+// Retry handles the message of node's kept since its signature could not
+// be verified, now that the agent has read node's key again; it drops it
+// when it is older than a probe interval (a newer one has come, or will)
+// or still does not verify. The witness counts the node as heard now,
+// later than it sent: a later "heard" only delays a declaration; a vouch
+// still counts from the holder's own send.
+func (p *Peer) Retry(node string) {
+	p.mu.Lock()
+	h, ok := p.unverified[node]
+	delete(p.unverified, node)
+	p.mu.Unlock()
+	if !ok || time.Since(h.at) > p.cfg.Timing.ProbeInterval {
+		return
+	}
+	m, err := p.cfg.Codec.Decode(h.data, p.cfg.Node)
+	if err != nil {
+		return
+	}
+	p.handle(m, h.from)
 }
 
 // answer vouches (or not) for a probe and replies to where it came from:

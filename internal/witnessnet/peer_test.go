@@ -146,6 +146,74 @@ func TestAPeerCannotVouchAsAnother(t *testing.T) {
 	}
 }
 
+// A probe whose sender's key is not known yet is kept, and answered as
+// soon as the key is read (Retry), not at the next probe: a witness that
+// learns a restarted node's key costs a failover one API round trip, not
+// a probe interval more.
+func TestAProbeWaitsForItsSendersKey(t *testing.T) {
+	slow := witness.Timing{ProbeInterval: 2 * time.Second, HoldFor: 5 * time.Second, SilentAfter: 8 * time.Second,
+		FenceSlack: 20 * time.Millisecond, Drift: 1e-3}
+	wKeys := &lockedKeys{m: witness.KeyMap{}}
+	unverified := make(chan string, 16)
+	peer := func(node string, keys witness.Keys, onUnverified func(string)) (*Peer, netip.AddrPort) {
+		conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), privateKey(node), keys)
+		p, err := New(Config{Node: node, Timing: slow, Codec: codec, Conn: conn, Gen: 7, OnUnverified: onUnverified})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = p.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done; _ = conn.Close() })
+		return p, conn.LocalAddr().(*net.UDPAddr).AddrPort()
+	}
+	w, wAddr := peer("w", wKeys, func(n string) { unverified <- n })
+	h, _ := peer("h", testKeys{}, nil)
+
+	h.SetWitnesses(map[string]netip.AddrPort{"w": wAddr}) // probes at once, then every 2 s
+	select {
+	case n := <-unverified:
+		if n != "h" {
+			t.Fatalf("unverified sender %q, want h", n)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("w never received h's probe")
+	}
+	// The keyring reads h's key, then calls Retry.
+	wKeys.set("h", privateKey("h").Public().(ed25519.PublicKey))
+	w.Retry("h")
+	// h's next probe is 2 s away: only the kept one can be answered now.
+	deadline := time.Now().Add(time.Second)
+	for !h.HeldUntil([]string{"w"}).After(time.Now()) {
+		if time.Now().After(deadline) {
+			t.Fatal("h's kept probe was not answered after w read its key")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// lockedKeys is witness.Keys a test can change while a peer reads it.
+type lockedKeys struct {
+	mu sync.Mutex
+	m  witness.KeyMap
+}
+
+func (k *lockedKeys) PublicKey(node string) (ed25519.PublicKey, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m.PublicKey(node)
+}
+
+func (k *lockedKeys) set(node string, pub ed25519.PublicKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.m[node] = pub
+}
+
 // The agent reads a witness's key as soon as it is named, once.
 func TestNewWitnessesAreAnnounced(t *testing.T) {
 	a := start(t, "a", 1, 7)

@@ -24,7 +24,7 @@ import (
 //
 // A read is asked for by a message that could not be verified, which
 // anybody with the cluster's key can send under any name: the reads are
-// bounded, at most one a second per node and rereadsPerSecond in all, so
+// bounded, at most one every rereadEvery per node and rereadsPerSecond in all, so
 // forged names cost the API server a trickle. Until a key is read the
 // node's messages are dropped, as lost ones; while the API server is
 // down, a node that restarted is not heard until it is back.
@@ -34,14 +34,19 @@ type keyring struct {
 	limit  *rate.Limiter
 	work   chan string
 
+	// onKey is called with a node whose key was read (Peer.Retry).
+	onKey func(node string)
+
 	mu    sync.Mutex
 	keys  map[string]ed25519.PublicKey
 	asked map[string]time.Time
 }
 
 const (
-	// rereadEvery is the least time between two reads of one node's key.
-	rereadEvery = time.Second
+	// rereadEvery is the least time between two reads of one node's key:
+	// short, since a failover may wait for the read that follows a
+	// restart (the global bound is what keeps forged names cheap).
+	rereadEvery = 250 * time.Millisecond
 	// rereadsPerSecond bounds the reads of all nodes' keys.
 	rereadsPerSecond = 10
 	// keyReaders read keys side by side: a node placed with new witnesses
@@ -101,11 +106,11 @@ func (k *keyring) run(ctx context.Context) {
 func (k *keyring) read(ctx context.Context, node string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	// From the API server's watch cache ("0"): no etcd read for each of
-	// the keys a cluster's agents read at their start. A stale copy only
-	// has the node's previous key, which fails to verify and is read
-	// again a second later.
-	l, err := k.leases.Get(ctx, heartbeat.LeaseName(ipv1.AgentComponent, node), metav1.GetOptions{ResourceVersion: "0"})
+	// A quorum read, not the watch cache's: a node that restarted has
+	// published its new key before it sent anything, and a stale copy
+	// would hold its previous one, costing the failover that waits for
+	// this read another round.
+	l, err := k.leases.Get(ctx, heartbeat.LeaseName(ipv1.AgentComponent, node), metav1.GetOptions{})
 	var pub ed25519.PublicKey
 	switch {
 	case apierrors.IsNotFound(err):
@@ -118,10 +123,14 @@ func (k *keyring) read(ctx context.Context, node string) {
 		}
 	}
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if pub == nil {
 		delete(k.keys, node)
+		k.mu.Unlock()
 		return
 	}
 	k.keys[node] = pub
+	k.mu.Unlock()
+	if k.onKey != nil {
+		k.onKey(node)
+	}
 }

@@ -265,6 +265,8 @@ func New(ctx context.Context, c Config, leases heartbeat.LeasesGetter, namespace
 	if err != nil {
 		return nil, errors.Join(err, conn.Close())
 	}
+	// Set before Start runs the readers.
+	keys.onKey = w.peer.Retry
 	log.Info("Witness protocol on", "port", c.Port, "generation", w.peer.Gen(), "declared", len(declared))
 	return w, nil
 }
