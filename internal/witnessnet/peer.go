@@ -92,9 +92,9 @@ func New(cfg Config) (*Peer, error) {
 		return nil, err
 	}
 	return &Peer{
-		cfg:       cfg,
-		w:         witness.NewWitness(cfg.Timing, cfg.Declared),
-		h:         witness.NewHolder(cfg.Timing, cfg.Gen),
+		cfg:        cfg,
+		w:          witness.NewWitness(cfg.Timing, cfg.Declared),
+		h:          witness.NewHolder(cfg.Timing, cfg.Gen),
 		witnesses:  map[string]netip.AddrPort{},
 		kick:       make(chan struct{}, 1),
 		unverified: map[string]heldMessage{},
