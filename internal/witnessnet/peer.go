@@ -273,10 +273,20 @@ func (p *Peer) handle(m witness.Message, from net.Addr) {
 func (p *Peer) hold(node string, data []byte, from net.Addr) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
 	if _, ok := p.unverified[node]; !ok && len(p.unverified) >= maxUnverified {
-		return
+		// Full, of names whose keys were never read (forged ones, say):
+		// what Retry would drop anyway goes.
+		for n, h := range p.unverified {
+			if now.Sub(h.at) > p.cfg.Timing.ProbeInterval {
+				delete(p.unverified, n)
+			}
+		}
+		if len(p.unverified) >= maxUnverified {
+			return
+		}
 	}
-	p.unverified[node] = heldMessage{data: bytes.Clone(data), from: from, at: time.Now()}
+	p.unverified[node] = heldMessage{data: bytes.Clone(data), from: from, at: now}
 }
 
 // Retry handles the message of node's kept since its signature could not

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -303,5 +304,31 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := New(Config{Node: "a", Codec: codec, Conn: conn, Timing: fast}); err == nil {
 		t.Error("generation 0 accepted")
+	}
+}
+
+// The messages kept for Retry are bounded, and names whose keys are never
+// read (forged ones) do not keep a real sender's message out for good.
+func TestKeptMessagesAreBounded(t *testing.T) {
+	a := start(t, "a", 1, 7)
+	from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9}
+	for i := range maxUnverified + 10 {
+		a.hold(fmt.Sprintf("forged-%d", i), []byte("x"), from)
+	}
+	a.mu.Lock()
+	n := len(a.unverified)
+	for k, h := range a.unverified {
+		h.at = h.at.Add(-time.Second) // older than a probe interval
+		a.unverified[k] = h
+	}
+	a.mu.Unlock()
+	if n != maxUnverified {
+		t.Fatalf("%d messages kept, want at most %d", n, maxUnverified)
+	}
+	a.hold("real", []byte("y"), from)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.unverified["real"]; !ok {
+		t.Error("a real sender's message is kept out by stale forged ones")
 	}
 }
