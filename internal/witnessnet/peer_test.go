@@ -310,7 +310,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 // The messages kept for Retry are bounded, and names whose keys are never
 // read (forged ones) do not keep a real sender's message out for good.
 func TestKeptMessagesAreBounded(t *testing.T) {
-	a := start(t, "a", 1, 7)
+	a := start(t, "a", 1, 7).Peer
 	from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9}
 	for i := range maxUnverified + 10 {
 		a.hold(fmt.Sprintf("forged-%d", i), []byte("x"), from)
