@@ -130,7 +130,7 @@ func Install(cfg Config, netnsFd int) error {
 	if err != nil {
 		return err
 	}
-	t := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	t := table()
 	// Adding then deleting the table removes an earlier one, or nothing,
 	// without failing the batch.
 	c.AddTable(t)
@@ -179,7 +179,7 @@ func Remove(netnsFd int) error {
 	if err != nil {
 		return err
 	}
-	t := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	t := table()
 	c.AddTable(t)
 	c.DelTable(t)
 	if err := c.Flush(); err != nil {
@@ -221,6 +221,11 @@ func Dropped(netnsFd int) (outside, overRate uint64, err error) {
 		}
 	}
 	return outside, overRate, nil
+}
+
+// table is the guard's table, to add, delete or read.
+func table() *nftables.Table {
+	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 }
 
 func conn(netnsFd int) (*nftables.Conn, error) {

@@ -10,10 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubext/kubext/internal/heartbeat"
 )
@@ -37,16 +34,7 @@ func (c *countingLeases) Get(ctx context.Context, name string, opts metav1.GetOp
 func TestKeysComeFromTheNodesLeases(t *testing.T) {
 	ctx := t.Context()
 	const ns = "system"
-	admin, err := client.New(testEnv.Config, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if err := testEnv.Apply(ctx, "config/ip-agent/rbac.yaml", "config/policy/ip-agent.yaml"); err != nil {
-		t.Fatal(err)
-	}
+	installAgentAccess(t, ns)
 	// node-k2's agent starts: its restore publishes its key.
 	first, _, _ := ed25519.GenerateKey(nil)
 	restoreCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -52,15 +52,11 @@ func agentLeases(t *testing.T, node string) heartbeat.LeasesGetter {
 	return heartbeat.SendOnce(rc)
 }
 
-// A restarted agent's witness must not answer a probe until no write of
-// an earlier run can land any more: a declaration sent just before the
-// earlier run died, still queued in the API server, would otherwise land
-// after the new run read the Lease, and the controller would count a
-// declaration this run contradicts by vouching (a split). restore confirms
-// its read with a write conditional on it.
-func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
+// installAgentAccess makes namespace ns and installs the deployed
+// ip-agent's RBAC and admission policy.
+func installAgentAccess(t *testing.T, ns string) {
+	t.Helper()
 	ctx := t.Context()
-	const ns, node = "system", "node-w1"
 	admin, err := client.New(testEnv.Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +67,18 @@ func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
 	if err := testEnv.Apply(ctx, "config/ip-agent/rbac.yaml", "config/policy/ip-agent.yaml"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A restarted agent's witness must not answer a probe until no write of
+// an earlier run can land any more: a declaration sent just before the
+// earlier run died, still queued in the API server, would otherwise land
+// after the new run read the Lease, and the controller would count a
+// declaration this run contradicts by vouching (a split). restore confirms
+// its read with a write conditional on it.
+func TestRestoreLeavesNoEarlierWriteToLand(t *testing.T) {
+	ctx := t.Context()
+	const ns, node = "system", "node-w1"
+	installAgentAccess(t, ns)
 	leases := agentLeases(t, node).Leases(ns)
 	name := heartbeat.LeaseName(ipv1.AgentComponent, node)
 	log := logr.Discard()
