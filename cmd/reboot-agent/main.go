@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string) error {
 	fs.DurationVar(&hbInterval, "heartbeat-interval", rebootagent.DefaultHeartbeatInterval, "How often the heartbeat is renewed.")
 	var ledgerNamespace, ledgerName string
 	fs.StringVar(&ledgerNamespace, "reboot-ledger-namespace", "",
-		`Namespace of the reboot controller's approvals ledger (the manager's --heartbeat-namespace). An order is carried out only when the ledger holds the approval the node shows ("" = trust the node's annotations alone).`)
+		`Namespace of the reboot controller's approvals ledger (the manager's --heartbeat-namespace). An order is carried out only when the ledger records it (the approval, the order's time and the boot it ends, as the node shows them) ("" = trust the node's annotations alone).`)
 	fs.StringVar(&ledgerName, "reboot-ledger-name", rebootv1.DefaultLedgerName, "Name of the approvals ledger ConfigMap (the manager's --reboot-ledger-name).")
 	fs.StringVar(&metricsAddr, "metrics-bind-address", "0", "Metrics address (0 = off).")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8083", "Probe address (/healthz, /readyz).")

@@ -78,9 +78,9 @@ type Reader interface {
 	Get(ctx context.Context, namespace, name string, obj runtime.Object) error
 }
 
-// approves reports whether the ledger holds the approval node shows, and
-// why not.
-func (l *Ledger) approves(ctx context.Context, node *corev1.Node) (bool, string, error) {
+// orders reports whether the ledger holds the order node shows (its slot
+// records the same approval, order time and boot ID), and why not.
+func (l *Ledger) orders(ctx context.Context, node *corev1.Node) (bool, string, error) {
 	cm := &corev1.ConfigMap{}
 	err := l.Reader.Get(ctx, l.Namespace, l.Name, cm)
 	if apierrors.IsNotFound(err) {
@@ -94,11 +94,17 @@ func (l *Ledger) approves(ctx context.Context, node *corev1.Node) (bool, string,
 		return false, err.Error(), nil
 	}
 	s, ok := slots[node.Name]
-	if !ok {
+	switch {
+	case !ok:
 		return false, "it holds no slot for this node", nil
-	}
-	if approval := node.Annotations[rebootv1.AnnotationInProgress]; s.Approval != approval {
-		return false, fmt.Sprintf("its slot for this node was approved at %s, the node shows %q", s.Approval, approval), nil
+	case s.Approval != node.Annotations[rebootv1.AnnotationInProgress]:
+		return false, fmt.Sprintf("its slot for this node was approved at %s, the node shows %q",
+			s.Approval, node.Annotations[rebootv1.AnnotationInProgress]), nil
+	case s.Order == "":
+		return false, "its slot for this node records no order: the controller has not ordered this reboot (the node may still be draining)", nil
+	case s.Order != node.Annotations[rebootv1.AnnotationNow] || s.BootID != node.Annotations[rebootv1.AnnotationBootID]:
+		return false, fmt.Sprintf("its slot for this node records the order of %s for boot %s, the node shows %q for boot %q",
+			s.Order, s.BootID, node.Annotations[rebootv1.AnnotationNow], node.Annotations[rebootv1.AnnotationBootID]), nil
 	}
 	return true, "", nil
 }
@@ -125,8 +131,7 @@ type Agent struct {
 	// modification times (nil when unknown: then no sentinel is stale).
 	BootTime func() (time.Time, error)
 	// Ledger, when set, is the reboot controller's approvals ledger: an
-	// order is carried out only when the ledger holds the approval the node
-	// shows. nil trusts the node's annotations alone (the admission policy
+	// order is carried out only when the ledger records that order. nil trusts the node's annotations alone (the admission policy
 	// config/policy/reboot-order.yaml is then the only guard).
 	Ledger *Ledger
 
@@ -136,7 +141,7 @@ type Agent struct {
 	// reported, so that it is reported once.
 	staleReported time.Time
 	// untracedReported is the order (approval and now) last reported as
-	// untraced, so that it is reported once.
+	// untraced, with the reason, so that each is reported once.
 	untracedReported string
 	synced           atomic.Bool
 	// nodes is the informer's store: this node's Node, if it exists.
@@ -213,7 +218,7 @@ func (a *Agent) reconcile(ctx context.Context) (time.Duration, error) {
 		return 0, nil
 	}
 	if a.Ledger != nil {
-		traced, why, err := a.Ledger.approves(ctx, node)
+		traced, why, err := a.Ledger.orders(ctx, node)
 		if err != nil {
 			return 0, err
 		}
@@ -254,10 +259,11 @@ func (a *Agent) reconcile(ctx context.Context) (time.Duration, error) {
 	return 0, nil
 }
 
-// reportUntraced says once per order that it is not carried out: an order
-// the reboot controller's ledger does not hold was written by someone else.
+// reportUntraced says once per order and reason that it is not carried
+// out: an order the reboot controller's ledger does not record was written
+// by someone else.
 func (a *Agent) reportUntraced(ctx context.Context, node *corev1.Node, why string) {
-	key := node.Annotations[rebootv1.AnnotationInProgress] + "/" + node.Annotations[rebootv1.AnnotationNow]
+	key := node.Annotations[rebootv1.AnnotationInProgress] + "/" + node.Annotations[rebootv1.AnnotationNow] + "/" + why
 	a.mu.Lock()
 	first := a.untracedReported != key
 	a.untracedReported = key

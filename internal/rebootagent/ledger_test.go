@@ -19,11 +19,13 @@ import (
 )
 
 // An order is carried out only when the reboot controller's approvals
-// ledger holds the approval the node shows: a complete, well-formed order
-// written by someone else (here with the admin's rights, as if the
-// admission policy that keeps orders to the controller were missing) is
-// ignored and reported once, as is one whose approval the ledger records
-// differently; the same order reboots the node once the ledger holds it.
+// ledger records it: a complete, well-formed order written by someone else
+// (here with the admin's rights, as if the admission policy that keeps
+// orders to the controller were missing) is ignored and reported, as is
+// one whose approval the ledger records differently, one on a node the
+// ledger approved but has not ordered (still draining) and one the ledger
+// records for another time or boot; the same order reboots the node once
+// the ledger records it.
 // The agent runs as deployed: its service account, a token bound to its
 // node, and the RBAC of config/reboot-agent/rbac.yaml (the ledger by name,
 // read only), so the read of the ledger itself is proven allowed.
@@ -66,15 +68,42 @@ func TestOnlyOrdersInTheLedgerReboot(t *testing.T) {
 		Data: map[string]string{rebootv1.LedgerKey: ledgerJSON(g, slots)}}
 	createAll(t, g, ledger)
 	g.Consistently(rebooted, untracedRetry+2*time.Second, 200*time.Millisecond).Should(BeZero())
-	g.Expect(rec.count(ReasonUntracedOrder)).To(Equal(1), "one order, reported once")
+	g.Expect(rec.count(ReasonUntracedOrder)).To(Equal(2), "one order, reported once for each reason (no ledger, another approval)")
 
-	// The ledger holds the approval the node shows: the node reboots, once.
+	// The ledger holds the approval the node shows but no order: the node
+	// is draining as far as the controller knows, and an order written by
+	// hand meanwhile (here one that even copies the boot ID) reboots
+	// nothing. This is the order of someone past the admission policy
+	// (break glass, or no policy) on an approved node.
 	slots[node] = rebootv1.LedgerSlot{Group: "g", Approval: *forged[rebootv1.AnnotationInProgress], NodeResourceVersion: "1", Confirmed: true}
+	writeLedger(g, ledger, slots)
+	g.Eventually(func() ([]string, error) { return nodeEvents(ctx, node, ReasonUntracedOrder) }, waitFor).Should(
+		ContainElement(ContainSubstring("records no order")))
+	g.Consistently(rebooted, 2*time.Second, 100*time.Millisecond).Should(BeZero())
+
+	// The ledger records another order (another time, or another boot):
+	// still nothing.
+	sl := slots[node]
+	sl.Order, sl.BootID = *forged[rebootv1.AnnotationNow], "boot-L0"
+	slots[node] = sl
+	writeLedger(g, ledger, slots)
+	g.Eventually(func() ([]string, error) { return nodeEvents(ctx, node, ReasonUntracedOrder) }, waitFor).Should(
+		ContainElement(ContainSubstring("records the order of")))
+	g.Consistently(rebooted, 2*time.Second, 100*time.Millisecond).Should(BeZero())
+
+	// The ledger records the order the node shows: the node reboots, once.
+	sl.BootID = bootID
+	slots[node] = sl
+	writeLedger(g, ledger, slots)
+	g.Eventually(rebooted, waitFor, 100*time.Millisecond).Should(Equal(1))
+	g.Consistently(rebooted, time.Second, 100*time.Millisecond).Should(Equal(1))
+}
+
+// writeLedger replaces the ledger's slots, as an admin.
+func writeLedger(g Gomega, ledger *corev1.ConfigMap, slots map[string]rebootv1.LedgerSlot) {
 	patch := client.MergeFrom(ledger.DeepCopy())
 	ledger.Data[rebootv1.LedgerKey] = ledgerJSON(g, slots)
 	g.Expect(k8s.Patch(context.Background(), ledger, patch)).To(Succeed())
-	g.Eventually(rebooted, waitFor, 100*time.Millisecond).Should(Equal(1))
-	g.Consistently(rebooted, time.Second, 100*time.Millisecond).Should(Equal(1))
 }
 
 func ledgerJSON(g Gomega, slots map[string]rebootv1.LedgerSlot) string {

@@ -9,10 +9,12 @@ import (
 // slot it granted and has not given back (internal/controller/reboot,
 // ledger.go, holds its protocol): one ConfigMap in the controller's
 // namespace that only the controller may write. The reboot-agents read it
-// too: an order on a node is carried out only when the ledger holds the
-// approval the node shows, so an order written by anyone else (a forged
+// too: an order on a node is carried out only when the ledger holds that
+// very order (the approval, the order's time and the boot it ends, as the
+// node shows them), so an order written by anyone else (a forged
 // reboot.kubext.io/now, should the admission policy be missing or
-// bypassed) is traced to nobody and ignored.
+// bypassed, or set by hand on a node still draining) is traced to nobody
+// and ignored.
 const (
 	// DefaultLedgerName is the ledger's ConfigMap name, unless the
 	// manager's --reboot-ledger-name (and the agents') says otherwise.
@@ -37,6 +39,13 @@ type LedgerSlot struct {
 	ControlPlane bool `json:"controlPlane,omitempty"`
 	// Confirmed is set once the approval was seen on the node.
 	Confirmed bool `json:"confirmed,omitempty"`
+	// Order is the reboot.kubext.io/now the controller wrote when it
+	// ordered the node's reboot, recorded here before the node patch; ""
+	// until the reboot is ordered (the node is draining, or waits).
+	Order string `json:"order,omitempty"`
+	// BootID is the boot the order ends (reboot.kubext.io/boot-id as
+	// ordered), recorded with Order.
+	BootID string `json:"bootID,omitempty"`
 	// TimeoutSeconds is the group's rebootTimeoutSeconds when the slot was
 	// granted: how long the slot of a node that vanished is kept once its
 	// group is gone too (while the group exists, its spec says). Zero (a

@@ -57,6 +57,13 @@ import (
 //     latest before the node's reboot is ordered (until then a node that
 //     vanishes is not down for kubext's reboot); an order whose approval
 //     the ledger as read does not hold writes the slot, confirmed, first.
+//  5. Order: the order (the reboot.kubext.io/now it writes and the boot it
+//     ends) is added to the node's slot before the node is patched. The
+//     agents reboot only for the order their slot records, so an order
+//     nobody recorded — written by hand while the node drains, or forged
+//     where the admission policy is missing — reboots nothing. A slot that
+//     records an order whose node patch never landed is harmless: the order
+//     was decided, and the next one overwrites it.
 //
 // Reading from a cache. Decisions take the nodes, the groups and the
 // ledger from informer caches, which may lag the API server by the

@@ -374,8 +374,8 @@ func TestTwoLeadersNeverExceedTheBudget(t *testing.T) {
 
 // An approval the ledger as read does not hold (a ledger cache behind
 // another leader's grant; an approval made before the ledger existed) is
-// not ordered until the ledger holds its slot, confirmed: the order's
-// ledger write adds it. Without that, the node would reboot with no slot
+// not ordered until the ledger holds its slot, confirmed, with the order:
+// the order's ledger write adds it. Without that, the node would reboot with no slot
 // that outlives it (deleted while down, it would free its slot at once)
 // and its agent would refuse the order as untraced.
 func TestOrderWritesTheSlotTheLedgerLacks(t *testing.T) {
@@ -405,5 +405,10 @@ func TestOrderWritesTheSlotTheLedgerLacks(t *testing.T) {
 	sl, held := l.slots["adopt-1"]
 	if !held || !sl.Confirmed || sl.Approval != approval || sl.Group != "adopt" {
 		t.Fatalf("adopt-1 was ordered to reboot without its confirmed slot in the ledger: %+v", l.slots)
+	}
+	// The slot records the order itself, which is what the agent checks
+	// (internal/rebootagent, TestOnlyOrdersInTheLedgerReboot).
+	if now := getNodeFrom(t, c, "adopt-1").Annotations[rebootv1.AnnotationNow]; sl.Order != now || sl.BootID != "boot-adopt-1" {
+		t.Fatalf("adopt-1's slot records the order %q for boot %q, the node shows %q for boot-adopt-1", sl.Order, sl.BootID, now)
 	}
 }

@@ -65,20 +65,24 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 			delete(slots, name)
 			changed = true
 		case w.order:
-			// The ledger holds the node's slot, confirmed, before its
-			// reboot is ordered (ledger.go, step 4; the agent checks it):
-			// confirmations made by repairLedger are written now, and a
-			// slot the ledger as read lacks (a cache behind another
-			// leader's grant, an approval from before the ledger) is
-			// added, which only makes the node count where it counted
-			// already through its annotations.
+			// The ledger records the order itself, the slot confirmed,
+			// before the node's patch (ledger.go, step 5; the agent reboots
+			// only for an order the ledger holds): confirmations made by
+			// repairLedger are written now, and a slot the ledger as read
+			// lacks (a cache behind another leader's grant, an approval
+			// from before the ledger) is added, which only makes the node
+			// count where it counted already through its annotations.
 			approval := w.orig.Annotations[rebootv1.AnnotationInProgress]
-			if sl, ok := slots[name]; !ok || !sl.Confirmed || sl.Approval != approval {
-				slots[name] = slot{Group: w.group, Approval: approval, NodeResourceVersion: w.orig.ResourceVersion,
-					ControlPlane: w.controlPlane, Confirmed: true, TimeoutSeconds: timeoutSeconds(s.groupSpec(w.group))}
-				changed = true
+			sl, ok := slots[name]
+			if !ok || sl.Approval != approval {
+				sl = slot{Group: w.group, Approval: approval, NodeResourceVersion: w.orig.ResourceVersion,
+					ControlPlane: w.controlPlane, TimeoutSeconds: timeoutSeconds(s.groupSpec(w.group))}
 			}
-			changed = changed || s.ledger.unwritten
+			sl.Confirmed = true
+			sl.Order = w.changed.Annotations[rebootv1.AnnotationNow]
+			sl.BootID = w.changed.Annotations[rebootv1.AnnotationBootID]
+			slots[name] = sl
+			changed = true
 		}
 	}
 	if changed {
