@@ -2,10 +2,11 @@ package witness
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kubext/kubext/internal/witness/witnesstest"
 )
 
 var testKey = bytes.Repeat([]byte{7}, MinKeySize)
@@ -14,16 +15,10 @@ var testKey = bytes.Repeat([]byte{7}, MinKeySize)
 // (fixed seeds: the fuzz corpus stays valid).
 var testNodes = []string{"a", "b", "c", "node-a", "node-b"}
 
-func testPrivate(node string) ed25519.PrivateKey {
-	seed := make([]byte, ed25519.SeedSize)
-	copy(seed, node)
-	return ed25519.NewKeyFromSeed(seed)
-}
-
 func testKeys() KeyMap {
 	keys := KeyMap{}
 	for _, n := range testNodes {
-		keys[n] = testPrivate(n).Public().(ed25519.PublicKey)
+		keys[n] = witnesstest.PublicKey(n)
 	}
 	return keys
 }
@@ -31,7 +26,7 @@ func testKeys() KeyMap {
 // codecFor is node's codec, knowing every test node's public key.
 func codecFor(t testing.TB, node string) *Codec {
 	t.Helper()
-	c, err := NewCodec(testKey, testPrivate(node), testKeys())
+	c, err := NewCodec(testKey, witnesstest.NodeKey(node), testKeys())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +52,7 @@ func TestWireRoundTrip(t *testing.T) {
 
 func TestWireRefusesForgeriesAndMisdirection(t *testing.T) {
 	a, b := codecFor(t, "a"), codecFor(t, "b")
-	otherCluster, _ := NewCodec(bytes.Repeat([]byte{8}, MinKeySize), testPrivate("b"), testKeys())
+	otherCluster, _ := NewCodec(bytes.Repeat([]byte{8}, MinKeySize), witnesstest.NodeKey("b"), testKeys())
 	m := Message{From: "b", To: "a", Gen: 3, Seq: 9, IsAnswer: true, Answer: Answer{Vouch: true}}
 	good, _ := b.Encode(m)
 	forged, _ := otherCluster.Encode(m)
@@ -96,7 +91,7 @@ func TestWireRefusesAnotherNodesWord(t *testing.T) {
 		t.Errorf("c's vouch signed as b: %+v, %v; want ErrUnverified naming b, and no vouch", got, err)
 	}
 	// A sender whose key a does not know.
-	stranger, _ := NewCodec(testKey, testPrivate("d"), testKeys())
+	stranger, _ := NewCodec(testKey, witnesstest.NodeKey("d"), testKeys())
 	probe, _ := stranger.Encode(Message{From: "d", To: "a", Gen: 1, Seq: 1})
 	if got, err := a.Decode(probe, "a"); !errors.Is(err, ErrUnverified) || got.From != "d" {
 		t.Errorf("a probe from an unknown node: %+v, %v; want ErrUnverified naming d", got, err)
@@ -104,13 +99,13 @@ func TestWireRefusesAnotherNodesWord(t *testing.T) {
 }
 
 func TestWireRefusesBadInput(t *testing.T) {
-	if _, err := NewCodec([]byte("short"), testPrivate("a"), testKeys()); err == nil {
+	if _, err := NewCodec([]byte("short"), witnesstest.NodeKey("a"), testKeys()); err == nil {
 		t.Error("a 5-byte key accepted")
 	}
 	if _, err := NewCodec(testKey, nil, testKeys()); err == nil {
 		t.Error("no private key accepted")
 	}
-	if _, err := NewCodec(testKey, testPrivate("a"), nil); err == nil {
+	if _, err := NewCodec(testKey, witnesstest.NodeKey("a"), nil); err == nil {
 		t.Error("no public keys accepted")
 	}
 	c := codecFor(t, "a")
@@ -123,7 +118,7 @@ func TestWireRefusesBadInput(t *testing.T) {
 }
 
 func TestPublicKeyAnnotation(t *testing.T) {
-	k := testPrivate("a").Public().(ed25519.PublicKey)
+	k := witnesstest.PublicKey("a")
 	got, err := ParsePublicKey(FormatPublicKey(k))
 	if err != nil || !got.Equal(k) {
 		t.Fatalf("round trip: %x, %v", got, err)

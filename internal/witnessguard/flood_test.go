@@ -3,7 +3,6 @@ package witnessguard
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"net"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kubext/kubext/internal/witness"
+	"github.com/kubext/kubext/internal/witness/witnesstest"
 	"github.com/kubext/kubext/internal/witnessnet"
 )
 
@@ -92,8 +92,8 @@ func startPeer(t *testing.T, ns *testNS, node, addr string, key []byte, timing w
 	}); err != nil {
 		t.Fatal(err)
 	}
-	codec, err := witness.NewCodec(key, nodeKey(node), witness.KeyMap{
-		"h": nodeKey("h").Public().(ed25519.PublicKey), "w": nodeKey("w").Public().(ed25519.PublicKey)})
+	codec, err := witness.NewCodec(key, witnesstest.NodeKey(node), witness.KeyMap{
+		"h": witnesstest.PublicKey("h"), "w": witnesstest.PublicKey("w")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,4 @@ func startPeer(t *testing.T, ns *testNS, node, addr string, key []byte, timing w
 	go func() { defer close(done); _ = p.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done; _ = conn.Close() })
 	return p
-}
-
-// nodeKey is a test node's signing key, from its name.
-func nodeKey(node string) ed25519.PrivateKey {
-	seed := make([]byte, ed25519.SeedSize)
-	copy(seed, node)
-	return ed25519.NewKeyFromSeed(seed)
 }

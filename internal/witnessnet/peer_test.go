@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kubext/kubext/internal/witness"
+	"github.com/kubext/kubext/internal/witness/witnesstest"
 )
 
 // The peers talk over the loopback interface of the test's own process:
@@ -35,25 +36,9 @@ type testPeer struct {
 	newWitnesses []string
 }
 
-// privateKey is node's key pair in the tests (from its name: every test
-// peer knows every other's public key, as the agents read them from the
-// Leases).
-func privateKey(node string) ed25519.PrivateKey {
-	seed := make([]byte, ed25519.SeedSize)
-	copy(seed, node)
-	return ed25519.NewKeyFromSeed(seed)
-}
-
-// testKeys knows every node's public key from its name.
-type testKeys struct{}
-
-func (testKeys) PublicKey(node string) (ed25519.PublicKey, bool) {
-	return privateKey(node).Public().(ed25519.PublicKey), true
-}
-
 func start(t *testing.T, node string, key byte, gen witness.Gen) *testPeer {
 	t.Helper()
-	return startSigning(t, node, key, privateKey(node), gen)
+	return startSigning(t, node, key, witnesstest.NodeKey(node), gen)
 }
 
 // startSigning starts a peer for node that signs with priv.
@@ -63,7 +48,7 @@ func startSigning(t *testing.T, node string, key byte, priv ed25519.PrivateKey, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec, err := witness.NewCodec(bytes.Repeat([]byte{key}, witness.MinKeySize), priv, testKeys{})
+	codec, err := witness.NewCodec(bytes.Repeat([]byte{key}, witness.MinKeySize), priv, witnesstest.AnyNode{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +119,7 @@ func TestPeersVouchAndDeclareOverUDP(t *testing.T) {
 // another cannot vouch in its name: the holder refuses the answers and
 // asks for the named node's key again.
 func TestAPeerCannotVouchAsAnother(t *testing.T) {
-	a, rogue := start(t, "a", 1, 7), startSigning(t, "b", 1, privateKey("rogue"), 3)
+	a, rogue := start(t, "a", 1, 7), startSigning(t, "b", 1, witnesstest.NodeKey("rogue"), 3)
 	a.SetWitnesses(map[string]netip.AddrPort{"b": rogue.addr})
 	time.Sleep(20 * fast.ProbeInterval)
 	if a.HeldUntil([]string{"b"}).After(time.Now()) {
@@ -161,7 +146,7 @@ func TestAProbeWaitsForItsSendersKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), privateKey(node), keys)
+		codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), witnesstest.NodeKey(node), keys)
 		p, err := New(Config{Node: node, Timing: slow, Codec: codec, Conn: conn, Gen: 7, OnUnverified: onUnverified})
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +158,7 @@ func TestAProbeWaitsForItsSendersKey(t *testing.T) {
 		return p, conn.LocalAddr().(*net.UDPAddr).AddrPort()
 	}
 	w, wAddr := peer("w", wKeys, func(n string) { unverified <- n })
-	h, _ := peer("h", testKeys{}, nil)
+	h, _ := peer("h", witnesstest.AnyNode{}, nil)
 
 	h.SetWitnesses(map[string]netip.AddrPort{"w": wAddr}) // probes at once, then every 2 s
 	select {
@@ -185,7 +170,7 @@ func TestAProbeWaitsForItsSendersKey(t *testing.T) {
 		t.Fatal("w never received h's probe")
 	}
 	// The keyring reads h's key, then calls Retry.
-	wKeys.set("h", privateKey("h").Public().(ed25519.PublicKey))
+	wKeys.set("h", witnesstest.PublicKey("h"))
 	w.Retry("h")
 	// h's next probe is 2 s away: only the kept one can be answered now.
 	deadline := time.Now().Add(time.Second)
@@ -293,7 +278,7 @@ func TestALostHolderHoldsAgainInANewGeneration(t *testing.T) {
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), privateKey("a"), testKeys{})
+	codec, _ := witness.NewCodec(bytes.Repeat([]byte{1}, witness.MinKeySize), witnesstest.NodeKey("a"), witnesstest.AnyNode{})
 	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
