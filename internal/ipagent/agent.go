@@ -350,7 +350,12 @@ func (r *Reconciler) pod(namespace, name string) *corev1.Pod {
 }
 
 // assignment is what the node must program for an IP, if anything: its
-// holder pod runs here, with an address, and not on the host network.
+// holder pod runs here, with an address, and not on the host network. The
+// holder is the pod the controller chose, by UID where status names one: a
+// pod created again under the holder's name (by its StatefulSet, or by
+// anyone allowed to create pods in the namespace, between the holder's
+// deletion and the controller's next look) is another pod, and gets
+// nothing until the controller has chosen it.
 func (r *Reconciler) assignment(ip *ipv1.IP) (netconf.Assignment, bool) {
 	addr, err := netip.ParseAddr(ip.Status.Address)
 	if err != nil {
@@ -361,7 +366,7 @@ func (r *Reconciler) assignment(ip *ipv1.IP) (netconf.Assignment, bool) {
 		return netconf.Assignment{}, false
 	}
 	pod := r.pod(ns, name)
-	if pod == nil || pod.Spec.NodeName != r.Node {
+	if pod == nil || pod.Spec.NodeName != r.Node || (ip.Status.PodUID != "" && string(pod.UID) != ip.Status.PodUID) {
 		return netconf.Assignment{}, false
 	}
 	if pod.Spec.HostNetwork {

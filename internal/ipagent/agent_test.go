@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,6 +142,35 @@ func TestAttachesAnIPPlacedHere(t *testing.T) {
 	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(f.holder(ip)))
 	f.G.Expect(f.attachedNode(ip)()).To(Equal(thisNode))
 	f.G.Expect(dp.programmed(want.Address)).To(Equal(want))
+}
+
+// The agent forwards the address to the holder the controller chose, by
+// UID: a pod created under the holder's name after the holder was deleted
+// (by anyone allowed to create pods in the namespace, before the
+// controller has looked at it) gets nothing until the controller names its
+// UID; the address is released meanwhile, as for a holder that is gone.
+func TestForwardsOnlyToTheHoldersUID(t *testing.T) {
+	f := newFixture(t)
+	holder := f.pod("uid", thisNode, "10.244.1.21")
+	ns, podName, _ := strings.Cut(holder, "/")
+	first := &corev1.Pod{}
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Namespace: ns, Name: podName}, first)).To(Succeed())
+	ip := f.ip("uid", "192.0.2.120", ipv1.IPStatus{Node: thisNode, Pod: holder, PodUID: string(first.UID)})
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(holder))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.120"))).To(Equal(assignment("192.0.2.120", "10.244.1.21")))
+
+	f.G.Expect(k8s.Delete(f.Ctx, first, client.GracePeriodSeconds(0))).To(Succeed())
+	f.G.Expect(f.pod("uid", thisNode, "10.244.1.22")).To(Equal(holder))
+	second := &corev1.Pod{}
+	f.G.Expect(k8s.Get(f.Ctx, client.ObjectKey{Namespace: ns, Name: podName}, second)).To(Succeed())
+	f.G.Expect(second.UID).NotTo(Equal(first.UID))
+	f.G.Eventually(f.attachedNode(ip), testenv.WaitFor).Should(BeEmpty(), "the holder is gone: released")
+	f.G.Consistently(func() netip.Addr { return dp.programmed(netip.MustParseAddr("192.0.2.120")).PodIP }, quiet, 50*time.Millisecond).
+		ShouldNot(Equal(netip.MustParseAddr("10.244.1.22")), "forwarded to a pod the controller did not choose")
+
+	f.setStatus(ip, func(s *ipv1.IPStatus) { s.PodUID = string(second.UID) })
+	f.G.Eventually(f.attachedPod(ip), testenv.WaitFor).Should(Equal(holder))
+	f.G.Expect(dp.programmed(netip.MustParseAddr("192.0.2.120"))).To(Equal(assignment("192.0.2.120", "10.244.1.22")))
 }
 
 // The agent programs only what is placed on its node and not attached

@@ -14,6 +14,9 @@ import (
 type Claimant struct {
 	// Key is the pod's namespace/name.
 	Key string
+	// UID is the pod's UID: a pod created again under the same name is
+	// another claimant.
+	UID string
 	// Node is the node the pod is scheduled to; empty while unscheduled.
 	Node string
 	// Ready is the pod's Ready condition.

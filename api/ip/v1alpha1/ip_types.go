@@ -252,6 +252,16 @@ type IPStatus struct {
 	// +kubebuilder:validation:MaxLength=317
 	Pod string `json:"pod,omitempty"`
 
+	// podUID is the holder pod's UID. The node's agent forwards the address
+	// only to the pod of that name with this UID: a pod deleted and created
+	// again under the same name is another pod, which the controller must
+	// choose (and may refuse) before it gets the address. Empty on IPs
+	// placed before the field existed, until the controller next writes
+	// them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	PodUID string `json:"podUID,omitempty"`
+
 	// standbys are the other Ready claimants, as namespace/name, in the order
 	// they would take over (oldest first). At most 64 are listed.
 	// +optional

@@ -37,6 +37,7 @@ func (r *Reconciler) claimants(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPo
 		p := &pods.Items[i]
 		c := ipam.Claimant{
 			Key:      p.Namespace + "/" + p.Name,
+			UID:      string(p.UID),
 			Node:     p.Spec.NodeName,
 			Ready:    podutils.IsPodReady(p) && p.Status.PodIP != "",
 			Created:  p.CreationTimestamp.Time,

@@ -478,3 +478,23 @@ func readyMetric(t *testing.T, ip string) map[string]string {
 	}
 	return nil
 }
+
+// status.podUID names the holder pod itself, not only its name: a pod
+// deleted and created again under the same name (a StatefulSet's
+// replacement) is chosen again as the holder, and its UID replaces the
+// old one's, which is what the node's agent forwards to.
+func TestTheHoldersUIDFollowsAPodCreatedAgainUnderItsName(t *testing.T) {
+	f := newFixture(t)
+	name := f.name("ip")
+	_, p := f.heldBy(name, "203.0.113.56/29", "same", "192.0.2.81")
+	f.G.Eventually(func() string { return f.ip(name).Status.PodUID }, testenv.WaitFor).Should(Equal(string(p.UID)))
+
+	f.G.Expect(k8s.Delete(f.Ctx, p, client.GracePeriodSeconds(0))).To(Succeed())
+	again := f.pod(p.Name, name, p.Spec.NodeName, "192.0.2.82")
+	f.G.Expect(again.UID).NotTo(Equal(p.UID))
+	f.G.Eventually(func(g Gomega) {
+		ip := f.ip(name)
+		g.Expect(ip.Status.Pod).To(Equal(p.Namespace + "/" + p.Name))
+		g.Expect(ip.Status.PodUID).To(Equal(string(again.UID)))
+	}, testenv.WaitFor).Should(Succeed())
+}

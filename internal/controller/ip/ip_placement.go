@@ -156,7 +156,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 	if aws {
 		prepareAWS(ip, pool)
 	}
-	target, pod := h.Holder.Node, h.Holder.Key
+	target, pod, uid := h.Holder.Node, h.Holder.Key, h.Holder.UID
 	previous := ip.Status.AttachedNode // not a witness of the next hold
 	if target != ip.Status.Node || pod != ip.Status.Pod {
 		// Another node may answer: it lets go first. The same node just
@@ -164,7 +164,7 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 		if att := ip.Status.AttachedNode; att != "" && att != target {
 			detached, err := r.detach(ctx, ip, fmt.Sprintf("handing over to %s", orNone(pod)))
 			if err != nil || !detached {
-				ip.Status.Pod = pod // who will hold it once the old node lets go
+				ip.Status.Pod, ip.Status.PodUID = pod, uid // who will hold it once the old node lets go
 				return false, nil, err
 			}
 		}
@@ -177,6 +177,11 @@ func (r *Reconciler) place(ctx context.Context, ip *ipv1.IP, pool *ipv1.IPPool, 
 	} else if awaitsWitnesses(ip, pool) {
 		r.nameLateWitnesses(ctx, ip, pool, h)
 	}
+	// The holder's UID, which the agent forwards to: new with the holder,
+	// or the same name's new pod (a StatefulSet's replacement, chosen again
+	// as the current holder; the agent stopped forwarding to it meanwhile),
+	// or an IP placed before the field.
+	ip.Status.PodUID = uid
 	if aws {
 		switch {
 		case target != "" && ip.Status.AttachedNode == target:
