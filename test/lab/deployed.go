@@ -20,9 +20,14 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -184,6 +189,15 @@ func (l *Lab) Install(ctx context.Context, opts InstallOptions) (*Deployed, erro
 		}
 	}
 	l.log("Installed kubext from %s (server-side apply)", manifest)
+	// As a user would before creating kubext's objects: a client that
+	// looked at the API group while one of its CRDs was not served yet
+	// ("no matches for kind IP") keeps that view.
+	if _, err := l.Kubectl(ctx, "wait", "--for", "condition=Established", "--timeout", "60s", "crd", "--all"); err != nil {
+		return nil, fmt.Errorf("waiting for kubext's CRDs to be served: %w", err)
+	}
+	if err := l.waitAdmissionKnowsIPs(ctx); err != nil {
+		return nil, err
+	}
 	if err := l.setWitnessAllowFrom(ctx, opts.Namespace); err != nil {
 		return nil, err
 	}
@@ -193,6 +207,39 @@ func (l *Lab) Install(ctx context.Context, opts InstallOptions) (*Deployed, erro
 	}
 	d.Manifest = manifest
 	return d, nil
+}
+
+// waitAdmissionKnowsIPs waits until the API server's admission can take an
+// IP: the install's MutatingAdmissionPolicy (ip-finalizer) needs the kind's
+// schema, which the API server reads from its own OpenAPI every 5 s, so a
+// create soon after the CRD is established is refused with 503 "Resource
+// kind ... not found. There can be a delay ...". A user retries; the lab
+// waits, with a server-side dry run (any other answer, such as the
+// webhook's not serving yet, is past that point).
+func (l *Lab) waitAdmissionKnowsIPs(ctx context.Context) error {
+	cfg, err := l.RESTConfig()
+	if err != nil {
+		return err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ips := dc.Resource(schema.GroupVersionResource{Group: "ip.kubext.io", Version: "v1alpha1", Resource: "ips"})
+	probe := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "ip.kubext.io/v1alpha1", "kind": "IP",
+		"metadata": map[string]any{"name": "lab-admission-check"},
+		"spec":     map[string]any{"address": "192.0.2.1"},
+	}}
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = ips.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return !apierrors.IsServiceUnavailable(last), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the API server's admission does not take IPs a minute after the install: %v", last)
+	}
+	return nil
 }
 
 // setWitnessAllowFrom adapts the ip-agent ConfigMap as config.yaml asks a

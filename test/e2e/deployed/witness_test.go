@@ -41,8 +41,11 @@ func TestDeployedWitnessHold(t *testing.T) {
 	pods, err := theLab.StartPodNetwork(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 
+	// The manager makes the key when it starts.
 	key := &corev1.Secret{}
-	g.Expect(c.Get(ctx, client.ObjectKey{Namespace: lab.SystemNamespace, Name: "kubext-witness-key"}, key)).To(Succeed())
+	g.Eventually(func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: lab.SystemNamespace, Name: "kubext-witness-key"}, key)
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 	g.Expect(key.Data[witnesskey.DataKey]).To(HaveLen(witnesskey.Size))
 
 	addr := netip.MustParseAddr("203.0.113.114")
