@@ -11,15 +11,20 @@ import (
 	"github.com/kubext/kubext/internal/witness"
 )
 
-// fakeAgent holds on its witnesses' word while holds is set.
+// fakeAgent holds on its witnesses' word while holds is set, until an
+// hour from now, or until the end set in until (unix nanoseconds).
 type fakeAgent struct {
 	holds, quorum atomic.Bool
 	pokes         atomic.Int32
+	until         atomic.Int64
 }
 
 func (a *fakeAgent) HoldsOnWitnesses() bool { return a.holds.Load() }
 func (a *fakeAgent) QuorumReached() bool    { return a.quorum.Load() }
 func (a *fakeAgent) HoldDeadline(time.Time, time.Duration) time.Time {
+	if u := a.until.Load(); u != 0 {
+		return time.Unix(0, u)
+	}
 	return time.Now().Add(time.Hour)
 }
 func (a *fakeAgent) Poke() { a.pokes.Add(1) }
@@ -30,6 +35,10 @@ type fakeDataplane struct {
 	full, gates int
 	fullTimes   []time.Time
 	lapsed      bool
+	// agent, when set, is read for the deadline each gate refresh
+	// writes (gateDeadline), as netconf's GateDeadline is.
+	agent        *fakeAgent
+	gateDeadline time.Time
 }
 
 func (d *fakeDataplane) Refresh() error {
@@ -37,6 +46,9 @@ func (d *fakeDataplane) Refresh() error {
 	defer d.mu.Unlock()
 	d.full++
 	d.fullTimes = append(d.fullTimes, time.Now())
+	if d.agent != nil {
+		d.gateDeadline = d.agent.HoldDeadline(time.Time{}, 0)
+	}
 	if d.lapsed {
 		return netconf.ErrLapsed
 	}
@@ -47,7 +59,17 @@ func (d *fakeDataplane) RefreshGate() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.gates++
+	if d.agent != nil {
+		d.gateDeadline = d.agent.HoldDeadline(time.Time{}, 0)
+	}
 	return nil
+}
+
+// kernelGate is the deadline the last gate refresh wrote.
+func (d *fakeDataplane) kernelGate() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.gateDeadline
 }
 
 func (d *fakeDataplane) counts() (full, gates int, times []time.Time) {
@@ -58,7 +80,8 @@ func (d *fakeDataplane) counts() (full, gates int, times []time.Time) {
 
 func startFollow(t *testing.T, timing witness.Timing) (*Run, *fakeAgent, *fakeDataplane) {
 	t.Helper()
-	a, d := &fakeAgent{}, &fakeDataplane{}
+	a := &fakeAgent{}
+	d := &fakeDataplane{agent: a}
 	w := &Run{timing: timing, vouched: make(chan struct{}, 1), agent: a, dp: d}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -148,5 +171,83 @@ func TestALapseFoundPokes(t *testing.T) {
 	}
 	if a.pokes.Load() == 0 {
 		t.Error("a lapsed data plane was not re-applied")
+	}
+}
+
+// Vouches move the kernel's gate only as its deadline nears: a holder
+// vouched for every 5 ms (a hold of 300 ms) writes the gate a few times a
+// second, not on every vouch, and the deadline in the kernel never falls
+// nearer than half the hold while the vouches come. A hold's end that
+// moves back (a new generation) is written at the next vouch.
+func TestVouchesMoveTheGateAsItNears(t *testing.T) {
+	timing := witness.DefaultTiming()
+	w, a, d := startFollow(t, timing)
+	a.holds.Store(true)
+	vouches, nearest := 0, time.Hour
+	for start := time.Now(); time.Since(start) < time.Second; vouches++ {
+		a.until.Store(time.Now().Add(timing.HoldFor).UnixNano())
+		w.vouch()
+		time.Sleep(5 * time.Millisecond)
+		if gate := d.kernelGate(); !gate.IsZero() {
+			nearest = min(nearest, time.Until(gate))
+		}
+	}
+	_, gates, _ := d.counts()
+	t.Logf("%d vouches, %d gate writes, the kernel's deadline at least %s ahead", vouches, gates, nearest)
+	if gates > vouches/4 {
+		t.Errorf("%d gate writes for %d vouches: the gate is still written on (nearly) every vouch", gates, vouches)
+	}
+	if nearest < timing.HoldFor/2 {
+		t.Errorf("the kernel's deadline came within %s while vouches kept coming", nearest)
+	}
+
+	// A restart: the hold's end moves back, and the next vouch writes it.
+	back := time.Now().Add(10 * time.Millisecond)
+	a.until.Store(back.UnixNano())
+	w.vouch()
+	deadline := time.Now().Add(5 * time.Second)
+	for !d.kernelGate().Equal(back) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := d.kernelGate(); !got.Equal(back) {
+		t.Errorf("the gate holds %s after the hold's end moved back to %s", got, back)
+	}
+}
+
+func TestGateIsKeptAheadByAtLeastTwoProbes(t *testing.T) {
+	for _, c := range []struct {
+		probe, hold, ahead time.Duration
+	}{
+		{50 * time.Millisecond, 300 * time.Millisecond, 225 * time.Millisecond},
+		{10 * time.Millisecond, 80 * time.Millisecond, 60 * time.Millisecond},
+		{50 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, // the limit: every vouch
+		{time.Second, 2 * time.Second, 2 * time.Second},
+	} {
+		if got := gateAhead(witness.Timing{ProbeInterval: c.probe, HoldFor: c.hold}); got != c.ahead {
+			t.Errorf("probe %s, hold %s: the gate kept %s ahead, want %s", c.probe, c.hold, got, c.ahead)
+		}
+	}
+}
+
+func TestGateWritesAreDueAsTheDeadlineNears(t *testing.T) {
+	now := time.Now()
+	g := gateWrites{ahead: 225 * time.Millisecond}
+	for _, c := range []struct {
+		name     string
+		last     time.Time
+		deadline time.Time
+		due      bool
+	}{
+		{"nothing written", time.Time{}, now.Add(300 * time.Millisecond), true},
+		{"written far ahead", now.Add(290 * time.Millisecond), now.Add(300 * time.Millisecond), false},
+		{"written, nearing", now.Add(200 * time.Millisecond), now.Add(300 * time.Millisecond), true},
+		{"written, passed", now.Add(-time.Millisecond), now.Add(300 * time.Millisecond), true},
+		{"the hold moved back", now.Add(290 * time.Millisecond), now.Add(100 * time.Millisecond), true},
+		{"the hold is gone", now.Add(290 * time.Millisecond), time.Time{}, true},
+	} {
+		g.last = c.last
+		if got := g.due(c.deadline, now); got != c.due {
+			t.Errorf("%s: due %v, want %v", c.name, got, c.due)
+		}
 	}
 }

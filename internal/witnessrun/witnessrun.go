@@ -334,21 +334,37 @@ func (w *Run) Start(ctx context.Context) error {
 	return w.peer.Run(ctx)
 }
 
-// follow moves the kernel's deadlines with each vouch, and asks for a
-// reconcile when a claim waits for a quorum or a hold has lapsed.
+// follow moves the kernel's deadlines as the witnesses vouch, and asks for
+// a reconcile when a claim waits for a quorum or a hold has lapsed.
 func (w *Run) follow(ctx context.Context) {
 	check := time.NewTicker(w.timing.HoldFor / 2)
 	defer check.Stop()
 	full := time.NewTicker(fullRefreshEvery)
 	defer full.Stop()
-	refresh := func(refresh func() error) {
+	gate := gateWrites{ahead: gateAhead(w.timing)}
+	refresh := func(refresh func() error, due func(time.Time, time.Time) bool) {
 		if !w.agent.HoldsOnWitnesses() {
+			gate.forget()
 			return
 		}
-		if err := refresh(); errors.Is(err, netconf.ErrLapsed) {
+		// Read before the write: the deadline written is this or later
+		// (the hold only grows, until a restart, which moves it back and
+		// makes the next vouch write).
+		deadline := w.agent.HoldDeadline(time.Time{}, 0)
+		if !due(deadline, time.Now()) {
+			return
+		}
+		err := refresh()
+		if errors.Is(err, netconf.ErrLapsed) {
 			w.agent.Poke()
 		}
+		if err != nil {
+			gate.forget()
+			return
+		}
+		gate.wrote(deadline)
 	}
+	always := func(time.Time, time.Time) bool { return true }
 	for {
 		select {
 		case <-ctx.Done():
@@ -362,9 +378,9 @@ func (w *Run) follow(ctx context.Context) {
 				// a Witness pool, for nothing.
 				w.agent.Poke()
 			}
-			refresh(w.dp.RefreshGate)
+			refresh(w.dp.RefreshGate, gate.due)
 		case <-full.C:
-			refresh(w.dp.Refresh)
+			refresh(w.dp.Refresh, always)
 		case <-check.C:
 			if w.agent.HoldsOnWitnesses() && w.agent.HoldDeadline(time.Time{}, 0).Before(time.Now()) {
 				w.agent.Poke() // lapsed: take it off
@@ -372,6 +388,44 @@ func (w *Run) follow(ctx context.Context) {
 		}
 	}
 }
+
+// gateWrites decides which vouches are written to the kernel's hold gate.
+// A gate write sets the deadline to the hold's end as it is at the write,
+// and a vouch moves that end by about a probe interval; writing every
+// vouch (one per witness per probe interval) was most of a holder's CPU,
+// about 2 ms of netlink each. A vouch is written only once the deadline
+// last written is less than ahead away (gateAhead), or the hold's end
+// moved back (a new generation, a new set of witnesses).
+//
+// Why skipping is safe: what the kernel holds is always a deadline the
+// witnesses vouched for at some write, never more than the hold's end
+// now, so a skipped write can only make the node fall silent sooner. What
+// it costs: while vouches keep coming the kernel's deadline stays at least
+// ahead in the future, so a gap in the vouches longer than ahead closes
+// the gate for a moment where only a gap of HoldFor would have; the next
+// vouch opens it again.
+type gateWrites struct {
+	ahead time.Duration
+	// last is the hold's end read before the last write (zero: write).
+	last time.Time
+}
+
+// gateAhead is how far ahead the gate's deadline is kept: three quarters
+// of the hold (a write about every quarter of it: a fifth of the writes
+// at the default timing), and never less than two probe intervals, so
+// that one lost probe still does not close the gate (what Timing.Validate
+// promises; at its limit, a hold of two probe intervals, every vouch is
+// written).
+func gateAhead(t witness.Timing) time.Duration {
+	return max(t.HoldFor*3/4, 2*t.ProbeInterval)
+}
+
+func (g *gateWrites) due(deadline, now time.Time) bool {
+	return g.last.IsZero() || deadline.Before(g.last) || g.last.Sub(now) < g.ahead
+}
+
+func (g *gateWrites) wrote(deadline time.Time) { g.last = deadline }
+func (g *gateWrites) forget()                  { g.last = time.Time{} }
 
 // Idle is the heartbeat's Idle: nil (never idle) without the protocol;
 // else idle while the node holds nothing on its Lease and only pools with
