@@ -469,7 +469,7 @@ func (d *Dataplane) refreshing(refresh func(adm pass) error) error {
 // RefreshGate moves the hold gate's deadline to Options.GateDeadline and
 // does nothing else: the part of Refresh that follows a hold to the
 // millisecond, for a caller that refreshes far more often than the
-// whole-second lifetimes need (the ip-agent on every witness vouch, with
+// whole-second lifetimes need (the ip-agent as its witnesses vouch, with
 // a full Refresh a few times a second). Like Refresh it never waits for an
 // Apply and adds nothing once the dataplane is fenced; unlike it, it does
 // not say whether something lapsed.
