@@ -38,11 +38,17 @@ import (
 //     ledger slot, confirmed or not), so neither a grant whose node patch
 //     has not landed, nor an approval the node cache has not seen yet, nor
 //     a node whose slot is being given back is ever missed.
-//  3. Give back: the ledger entry is removed before the node's annotations
-//     are cleared (the node still counts through its annotations meanwhile).
-//     The ledger is written even when the version read holds no entry for
-//     the node: that write's precondition is what shows none was granted
-//     meanwhile.
+//  3. Give back: a node counts through its slot until its reboot is over
+//     and the node released, and through its annotations until its
+//     reboot is withdrawn. A completed reboot is released first (the
+//     node uncordoned, its annotations cleared, rebooted-at recorded) and
+//     its slot removed after, with the reconcile's next ledger write: the
+//     grant of the node that takes the slot when there is one, so that a
+//     hand-over is three writes one after the other (release, give-back
+//     with grant, approval), not four. A withdrawn reboot's slot is
+//     removed before its annotations are cleared. Either way, the ledger
+//     is written even when the version read holds no entry for the node:
+//     that write's precondition is what shows none was granted meanwhile.
 //  4. Repair: a granted slot whose node shows no approval is either a node
 //     patch still on its way or one that never will land. Each entry keeps
 //     the node's resourceVersion at the grant: while the node still has it,
@@ -52,7 +58,10 @@ import (
 //     dropped. An entry whose approval had been seen on the node (Confirmed)
 //     but whose node lost it — deleted while down, re-registered without
 //     its annotations — keeps its slot until the group's reboot timeout
-//     (the one the slot recorded at the grant, once the group is gone).
+//     (the one the slot recorded at the grant, once the group is gone),
+//     unless the node, read fresh, shows the reboot the slot ordered
+//     completed and released (completed): a give-back that did not follow
+//     its release, the controller stopped in between.
 //     The confirmation is written with the next ledger write, and at the
 //     latest before the node's reboot is ordered (until then a node that
 //     vanishes is not down for kubext's reboot); an order whose approval
@@ -135,6 +144,23 @@ type ledger struct {
 	// unwritten says slots holds confirmations not written yet; any
 	// write of slots carries them.
 	unwritten bool
+	// owed says slots lacks slots given back (giveBack) and not written
+	// yet: the reconcile writes them before it ends, with its grant when
+	// it makes one.
+	owed bool
+}
+
+// giveBack removes the slot of a node whose reboot was completed (its
+// release patch landed) from the slots as read, for the next write of the
+// ledger to carry (ledger.go, step 3).
+//
+// Owed even when the ledger as read holds no slot for the node: read from a
+// cache, it may lag another leader's grant, and the write, conditional on
+// the version read, is what proves it holds none.
+func (l *ledger) giveBack(node string) {
+	l.slots = maps.Clone(l.slots)
+	delete(l.slots, node)
+	l.owed = true
 }
 
 // readLedger reads the ledger from LedgerReader (a cache of it, as a
@@ -184,7 +210,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 			return fmt.Errorf("creating the reboot ledger: %w", err)
 		}
 		r.ownLedger.wrote("", cm)
-		l.object, l.slots, l.unwritten = cm, slots, false
+		l.object, l.slots, l.unwritten, l.owed = cm, slots, false, false
 		return nil
 	}
 	cm := l.object.DeepCopy()
@@ -206,7 +232,7 @@ func (r *Reconciler) writeLedger(ctx context.Context, l *ledger, slots map[strin
 		return fmt.Errorf("updating the reboot ledger: %w", err)
 	}
 	r.ownLedger.wrote(l.object.ResourceVersion, cm)
-	l.object, l.slots, l.unwritten = cm, slots, false
+	l.object, l.slots, l.unwritten, l.owed = cm, slots, false, false
 	return nil
 }
 
@@ -253,6 +279,20 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time, 
 				n = fresh
 			}
 		}
+		if sl.Confirmed && exists && !shows(n, sl) && completed(n, sl) {
+			// Released, its give-back not written (the controller stopped
+			// or its ledger write was refused in between). From the
+			// cache, an old version of the node can look so; only the
+			// API server's can free the slot.
+			fresh, err := r.freshNode(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if exists = fresh != nil; exists {
+				s.setNode(fresh)
+				n = fresh
+			}
+		}
 		switch {
 		case exists && shows(n, sl) && !sl.Confirmed:
 			// Written with the next ledger write this reconcile makes, or
@@ -267,6 +307,11 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time, 
 		case !sl.Confirmed:
 			// The node, read fresh, changed since the grant: the granting
 			// patch, made conditional on the old version, can never land.
+			delete(slots, name)
+			changed = true
+		case exists && completed(n, sl):
+			// The reboot the slot ordered is over and the node released:
+			// the give-back that should have followed is written now.
 			delete(slots, name)
 			changed = true
 		default:
@@ -303,6 +348,19 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time, 
 		return nil, err
 	}
 	return absent, nil
+}
+
+// completed says whether the node shows the reboot its slot ordered done
+// and the node released: it runs another boot than the one the order
+// ended, and carries the completion's rebooted-at and not the slot's
+// approval. Only the controller writes those annotations (the order
+// policy), so a node re-registered without its annotations while down is
+// not completed, and keeps its slot until the group's timeout. A slot
+// that recorded no order (granted by an earlier manager) never is.
+func completed(n *corev1.Node, sl slot) bool {
+	_, rebooted := n.Annotations[rebootv1.AnnotationRebootedAt]
+	return sl.Order != "" && sl.BootID != "" && rebooted && !shows(n, sl) &&
+		n.Status.NodeInfo.BootID != sl.BootID
 }
 
 // shows says whether the node carries the approval the slot grants.

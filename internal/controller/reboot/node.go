@@ -323,7 +323,9 @@ func (s *sightings) forgetAllBut(holders map[string]bool) {
 }
 
 // complete ends a verified reboot: uncordon if kubext cordoned, record the
-// time, clear the protocol's annotations (which frees the slot).
+// time (rebooted-at: what the ledger's repair knows a completed reboot by),
+// clear the protocol's annotations. The slot is given back once this has
+// landed, with the reconcile's next ledger write.
 func (r *Reconciler) complete(n *corev1.Node, g group, now time.Time, oldBoot, newBoot string) *nodeWrite {
 	c := n.DeepCopy()
 	release(c)
@@ -332,7 +334,7 @@ func (r *Reconciler) complete(n *corev1.Node, g group, now time.Time, oldBoot, n
 		delete(c.Annotations, k)
 	}
 	c.Annotations[rebootv1.AnnotationRebootedAt] = stamp(now)
-	return &nodeWrite{orig: n, changed: c, giveBack: true, group: g.name, landed: func() {
+	return &nodeWrite{orig: n, changed: c, thenGiveBack: true, group: g.name, landed: func() {
 		r.drains.reset(n.Name)
 		delete(r.back, backKey(n))
 		if approved, ok := annotationTime(n, rebootv1.AnnotationInProgress); ok {

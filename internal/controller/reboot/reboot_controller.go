@@ -185,7 +185,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	clock.done("repair")
 
 	// First the nodes already in a reboot: finishing one frees its slot for
-	// the approvals below, in the same pass.
+	// the approvals below, in the same pass (the release lands first, and
+	// the give-back goes with the grant, in one ledger write).
 	decision := rebootplan.Decide(s.snapshot(now))
 	groups := s.groupsOf(decision)
 	var steps []*nodeWrite
@@ -239,6 +240,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		// The grant is the decision: it fails if the ledger changed since
 		// it was read, whoever changed it.
 		if err := r.grant(ctx, s, decision, now); err != nil {
+			return r.retry(ctx, err)
+		}
+	}
+	if s.ledger.owed {
+		// Slots of completed reboots no grant took: given back on their
+		// own. Should this fail, the ledger's repair gives them back at
+		// the next look (ledger.go, step 4).
+		if err := r.writeLedger(ctx, s.ledger, s.ledger.slots); err != nil {
 			return r.retry(ctx, err)
 		}
 	}

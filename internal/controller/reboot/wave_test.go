@@ -2,6 +2,7 @@ package reboot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -48,10 +49,10 @@ func (w *writeLog) take() []string {
 // wave-2 changed by someone else between the decision and its patch,
 // wave-1 and wave-3 are approved and their drains started in the same
 // reconcile, which asks for a quick look again; the next approves wave-2.
-// When the wave's reboots are verified, the three slots are given back to
-// the ledger in one write, made before any of the three nodes is released
-// (the ledger's step 3: a node's slot is never gone from both the ledger
-// and the node while it is still in its reboot).
+// When the wave's reboots are verified, the three nodes are released and
+// then their slots given back to the ledger in one write (the ledger's
+// step 3: a node's slot is never gone from both the ledger and the node
+// while it is still in its reboot).
 func TestAWaveIsWrittenTogether(t *testing.T) {
 	env, c := ownAPIServer(t)
 	ctx := t.Context()
@@ -167,11 +168,11 @@ func TestAWaveIsWrittenTogether(t *testing.T) {
 			t.Fatalf("%s not released in the reconcile that verified its reboot: %v", name, n.Annotations)
 		}
 	}
-	want := []string{"ledger", "node/wave-1", "node/wave-2", "node/wave-3"}
+	want := []string{"node/wave-1", "node/wave-2", "node/wave-3", "ledger"}
 	got := slices.Clone(ops)
-	slices.Sort(got[min(1, len(got)):])
+	slices.Sort(got[:max(len(got)-1, 0)])
 	if !slices.Equal(got, want) {
-		t.Fatalf("releasing the wave wrote %v, want the ledger once and then each node once (%v)", ops, want)
+		t.Fatalf("releasing the wave wrote %v, want each node once and then the ledger once (%v)", ops, want)
 	}
 	l, err := r.readLedger(ctx)
 	if err != nil {
@@ -275,4 +276,230 @@ func TestARefusedReleaseDoesNotHoldUpTheNext(t *testing.T) {
 		}
 		return !rebootplan.NodeFrom(getNodeFrom(t, c, "free-1")).HoldsSlot() && approved(t, c, "free-4"), nil
 	})
+}
+
+// TestAHandOverIsThreeWrites: with maxUnavailable 1, the reconcile that
+// verifies one node's reboot hands its slot to the next node waiting in
+// three writes one after the other: the release of the first, one ledger
+// write giving its slot back and granting it to the next, the next's
+// approval. After each write, at most one node counts against the budget
+// (the ledger's slots and the nodes showing an approval together) and at
+// most one node is cordoned.
+func TestAHandOverIsThreeWrites(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	one := intstr.FromInt32(1)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "hand"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "hand"}}, MaxUnavailable: &one,
+		SoakSeconds: ptr.To[int32](0)}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"hand-1", "hand-2"} {
+		readyNode(t, c, name, "hand")
+	}
+	askSince(t, c, "hand-1", time.Now().Add(-2*time.Hour))
+	askSince(t, c, "hand-2", time.Now().Add(-time.Hour))
+
+	r := rival(t, env, c)
+	eventuallyWithin(t, waitFor, "hand-1 ordered to reboot", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return getNodeFrom(t, c, "hand-1").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	n := getNodeFrom(t, c, "hand-1")
+	n.Status.NodeInfo.BootID += "-after"
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+		LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+
+	// After each write: what counts against the budget, and what is
+	// cordoned, read from the API server.
+	var overs []string
+	check := func(after string) {
+		slots, err := ledgerSlotsFrom(ctx, c)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		counted, cordoned := map[string]bool{}, 0
+		for name := range slots {
+			counted[name] = true
+		}
+		for _, name := range []string{"hand-1", "hand-2"} {
+			n := getNodeFrom(t, c, name)
+			if approved(t, c, name) {
+				counted[name] = true
+			}
+			if n.Spec.Unschedulable {
+				cordoned++
+			}
+		}
+		if len(counted) > 1 || cordoned > 1 {
+			overs = append(overs, fmt.Sprintf("after %s: counted %v, %d cordoned", after, counted, cordoned))
+		}
+	}
+	log := &writeLog{}
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Client = interceptor.NewClient(base, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			err := cl.Patch(ctx, obj, patch, opts...)
+			if _, ok := obj.(*corev1.Node); ok && err == nil {
+				log.add("node/" + obj.GetName())
+				check("node/" + obj.GetName())
+			}
+			return err
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			err := cl.Update(ctx, obj, opts...)
+			if _, ok := obj.(*corev1.ConfigMap); ok && err == nil {
+				log.add("ledger")
+				check("ledger")
+			}
+			return err
+		},
+	})
+	r.APIReader = r.Client
+	if _, err := r.Reconcile(ctx, rollout); err != nil {
+		t.Fatal(err)
+	}
+	if want, got := []string{"node/hand-1", "ledger", "node/hand-2"}, log.take(); !slices.Equal(got, want) {
+		t.Fatalf("the hand-over wrote %v, want %v", got, want)
+	}
+	for _, o := range overs {
+		t.Error(o)
+	}
+	if n := getNodeFrom(t, c, "hand-1"); n.Annotations[rebootv1.AnnotationRebootedAt] == "" || n.Spec.Unschedulable {
+		t.Errorf("hand-1 not released: unschedulable %v, annotations %v", n.Spec.Unschedulable, n.Annotations)
+	}
+	slots, err := ledgerSlotsFrom(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := slots["hand-2"]; len(slots) != 1 || !ok || !approved(t, c, "hand-2") {
+		t.Fatalf("hand-2 not granted and approved: ledger %v", slots)
+	}
+}
+
+// TestAGiveBackLostAfterItsReleaseIsRepaired: the controller releases a
+// node whose reboot it verified and stops before the ledger write that
+// gives its slot back (here the write is refused). The slot is not left
+// until the group's reboot timeout (an hour): the next controller, with
+// nothing in memory, reads the node from the API server, sees the reboot
+// the slot ordered completed, gives the slot back and approves the next
+// node. A node that lost its annotations while down (deleted and
+// registered again) is not taken for a completed one: its slot stays.
+func TestAGiveBackLostAfterItsReleaseIsRepaired(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	one := intstr.FromInt32(1)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "lost"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "lost"}}, MaxUnavailable: &one,
+		SoakSeconds: ptr.To[int32](0), RebootTimeoutSeconds: 3600}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"lost-1", "lost-2", "lost-3"} {
+		readyNode(t, c, name, "lost")
+	}
+	askSince(t, c, "lost-1", time.Now().Add(-3*time.Hour))
+	askSince(t, c, "lost-2", time.Now().Add(-2*time.Hour))
+
+	first := rival(t, env, c)
+	eventuallyWithin(t, waitFor, "lost-1 ordered to reboot", func() (bool, error) {
+		if _, err := first.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return getNodeFrom(t, c, "lost-1").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	n := getNodeFrom(t, c, "lost-1")
+	n.Status.NodeInfo.BootID += "-after"
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Client = interceptor.NewClient(base, interceptor.Funcs{
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok {
+				return errors.New("the controller stopped here")
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+	})
+	if _, err := first.Reconcile(ctx, rollout); err == nil {
+		t.Fatal("the reconcile whose ledger write failed reported no error")
+	}
+	if n := getNodeFrom(t, c, "lost-1"); n.Annotations[rebootv1.AnnotationRebootedAt] == "" || approved(t, c, "lost-1") {
+		t.Fatalf("lost-1 not released before the ledger write: %v", n.Annotations)
+	}
+	if slots, err := ledgerSlotsFrom(ctx, c); err != nil || len(slots) != 1 {
+		t.Fatalf("the ledger should still hold lost-1's slot: %v %v", slots, err)
+	}
+	if approved(t, c, "lost-2") {
+		t.Fatal("lost-2 approved while lost-1's slot was still in the ledger")
+	}
+
+	second := rival(t, env, c)
+	eventuallyWithin(t, waitFor, "lost-1's slot given back and lost-2 approved", func() (bool, error) {
+		if _, err := second.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return approved(t, c, "lost-2"), nil
+	})
+	slots, err := ledgerSlotsFrom(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := slots["lost-1"]; ok {
+		t.Fatalf("lost-1's slot kept after its reboot completed: %v", slots)
+	}
+
+	// lost-2 is ordered, and then lost while down: deleted and registered
+	// again, in another boot, without its annotations. Its slot stays;
+	// lost-3 waits.
+	eventuallyWithin(t, waitFor, "lost-2 ordered to reboot", func() (bool, error) {
+		if _, err := second.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return getNodeFrom(t, c, "lost-2").Annotations[rebootv1.AnnotationNow] != "", nil
+	})
+	askSince(t, c, "lost-3", time.Now().Add(-time.Hour))
+	if err := c.Delete(ctx, getNodeFrom(t, c, "lost-2")); err != nil {
+		t.Fatal(err)
+	}
+	readyNode(t, c, "lost-2", "lost")
+	n = getNodeFrom(t, c, "lost-2")
+	n.Status.NodeInfo.BootID += "-after"
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := second.Reconcile(ctx, rollout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if approved(t, c, "lost-3") {
+		t.Fatal("lost-3 approved while lost-2, lost while down, still holds its slot")
+	}
+	if slots, err := ledgerSlotsFrom(ctx, c); err != nil || len(slots) != 1 {
+		t.Fatalf("lost-2's slot should stay until the group's timeout: %v %v", slots, err)
+	}
+}
+
+// ledgerSlotsFrom reads the ledger's slots from the API server through c.
+func ledgerSlotsFrom(ctx context.Context, c client.Client) (map[string]slot, error) {
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
+		return nil, err
+	}
+	return rebootv1.ParseLedger(cm.Data)
 }

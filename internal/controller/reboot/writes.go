@@ -29,6 +29,11 @@ type nodeWrite struct {
 	// giveBack says the write clears the node's approval: its ledger slot
 	// is removed first (ledger.go, step 3).
 	giveBack bool
+	// thenGiveBack says the write completes the node's reboot: its slot is
+	// given back once the patch has landed, with the reconcile's next
+	// ledger write (ledger.go, step 3: a hand-over is then one ledger
+	// write, the give-back and the next grant together).
+	thenGiveBack bool
 	// order says the write orders the reboot: the ledger's unwritten
 	// confirmations, and the node's own, are written first.
 	order bool
@@ -43,8 +48,11 @@ type nodeWrite struct {
 }
 
 // writeNodes makes a reconcile's node writes: first the one ledger write
-// that gives back the slots of the nodes being released and carries the
-// confirmations an order needs, then every node patch, in parallel. A patch
+// that gives back the slots of the nodes whose reboot is withdrawn and
+// carries the confirmations an order needs, then every node patch, in
+// parallel. The slot of a node whose reboot a patch completed is given
+// back in memory once the patch has landed (ledger.owed), for the
+// reconcile's next ledger write to carry. A patch
 // refused (a node changed since it was read) does not stop the others; once
 // all have been made, what landed is recorded, and the first failure is
 // returned: a *refusedPatch when every failure was a refusal.
@@ -116,6 +124,9 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 		}
 		r.own.wrote(w.orig.ResourceVersion, w.changed)
 		s.setNode(w.changed)
+		if w.thenGiveBack {
+			s.ledger.giveBack(w.orig.Name)
+		}
 		if _, waiting := r.freed[w.group]; !w.freed.IsZero() && !waiting {
 			r.freed[w.group] = w.freed
 		}
