@@ -60,6 +60,9 @@ const (
 	// conflictRetry is how soon a decision is made again after a node
 	// changed under it.
 	conflictRetry = 50 * time.Millisecond
+	// rereadRetry is how soon when every node that changed under a patch
+	// was read again at once (writeNodes): the next look has what it needs.
+	rereadRetry = time.Millisecond
 )
 
 // Reconciler is the reboot controller.
@@ -118,6 +121,9 @@ type Reconciler struct {
 	// statusWritten is when this controller last wrote each group's status
 	// (progressBatch).
 	statusWritten map[string]time.Time
+	// quickRetried says the last reconcile asked for a look at once after
+	// a refused patch (rereadRetry).
+	quickRetried bool
 	// beforeGrant, when set, runs between a decision and its grant: tests
 	// pause a controller there, as a stalled leader would be.
 	beforeGrant func()
@@ -201,12 +207,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	// counts as it did (a release refused keeps its slot through its
 	// annotations), the writes that landed are recorded, and the
 	// reconcile looks again soon. Every other failure ends it.
-	refused := false
+	refused, reread := false, true
 	soft := func(err error) error {
 		var rp *refusedPatch
 		if errors.As(err, &rp) {
-			log.FromContext(ctx).V(1).Info("node changed meanwhile, looking again soon", "node", rp.node, "error", rp.err.Error())
-			refused = true
+			log.FromContext(ctx).V(1).Info("node changed meanwhile, looking again soon", "node", rp.node, "reread", rp.reread, "error", rp.err.Error())
+			refused, reread = true, reread && rp.reread
 			return nil
 		}
 		return err
@@ -289,9 +295,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	}
 	clock.done("report")
 	after := next.after(r.Now(), maxRequeue)
-	if refused {
+	quick := refused && reread && !r.quickRetried
+	switch {
+	case quick:
+		after = min(after, rereadRetry)
+	case refused:
 		after = min(after, conflictRetry)
 	}
+	// Never two quick looks in a row: a node someone writes without pause
+	// costs a look every conflictRetry at most.
+	r.quickRetried = quick
 	return ctrl.Result{RequeueAfter: after}, nil
 }
 

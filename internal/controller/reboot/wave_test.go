@@ -110,8 +110,8 @@ func TestAWaveIsWrittenTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RequeueAfter != conflictRetry {
-		t.Errorf("after a refused node patch the controller looks again in %s, want %s", res.RequeueAfter, conflictRetry)
+	if res.RequeueAfter != rereadRetry {
+		t.Errorf("after a refused node patch, the node read again, the controller looks again in %s, want %s", res.RequeueAfter, rereadRetry)
 	}
 	for _, name := range []string{"wave-1", "wave-3"} {
 		n := getNodeFrom(t, c, name)
@@ -251,8 +251,8 @@ func TestARefusedReleaseDoesNotHoldUpTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RequeueAfter != conflictRetry {
-		t.Errorf("after a refused release the controller looks again in %s, want %s", res.RequeueAfter, conflictRetry)
+	if res.RequeueAfter != rereadRetry {
+		t.Errorf("after a refused release, the node read again, the controller looks again in %s, want %s", res.RequeueAfter, rereadRetry)
 	}
 	if n := getNodeFrom(t, c, "free-2"); n.Annotations[rebootv1.AnnotationRebootedAt] == "" || rebootplan.NodeFrom(n).HoldsSlot() {
 		t.Fatalf("free-2 not released: %v", n.Annotations)
@@ -502,4 +502,75 @@ func ledgerSlotsFrom(ctx context.Context, c client.Client) (map[string]slot, err
 		return nil, err
 	}
 	return rebootv1.ParseLedger(cm.Data)
+}
+
+// TestARefusedPatchIsMadeAgainFromTheNodeReadAgain: the node changes under
+// the controller's order patch (as kube-controller-manager's taint follows
+// a cordon), and the controller's node cache is stuck before the change.
+// The refused node is read again from the API server at once, the
+// controller looks again at once, and the order is made over the version
+// read, not the cache's: without that read, a cache that lags keeps every
+// patch refused until it catches up. A node refused again waits
+// conflictRetry: a node someone writes without pause does not make the
+// controller spin.
+func TestARefusedPatchIsMadeAgainFromTheNodeReadAgain(t *testing.T) {
+	env, c := ownAPIServer(t)
+	ctx := t.Context()
+	one := intstr.FromInt32(1)
+	group := &rebootv1.RebootGroup{ObjectMeta: metav1.ObjectMeta{Name: "again"}, Spec: rebootv1.RebootGroupSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "again"}}, MaxUnavailable: &one,
+		SoakSeconds: ptr.To[int32](0)}}
+	if err := c.Create(ctx, group); err != nil {
+		t.Fatal(err)
+	}
+	readyNode(t, c, "again-1", "again")
+	askSince(t, c, "again-1", time.Now().Add(-time.Hour))
+	r := rival(t, env, c)
+	eventuallyWithin(t, waitFor, "again-1 approved", func() (bool, error) {
+		if _, err := r.Reconcile(ctx, rollout); err != nil {
+			return false, err
+		}
+		return approved(t, c, "again-1"), nil
+	})
+	approval := getNodeFrom(t, c, "again-1").Annotations[rebootv1.AnnotationInProgress]
+	eventuallyWithin(t, waitFor, "again-1 drained", func() (bool, error) {
+		run, started := r.drains.result("again-1", approval)
+		return started && run.finished, nil
+	})
+	if getNodeFrom(t, c, "again-1").Annotations[rebootv1.AnnotationNow] != "" {
+		t.Fatal("again-1 ordered before its drain was seen finished")
+	}
+	r.Reader = freezeNodes(t, c)
+
+	touches := 2 // under the first two order patches
+	base, err := client.NewWithWatch(env.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Client = interceptor.NewClient(base, interceptor.Funcs{
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Node); ok && touches > 0 {
+				touches--
+				setAnnotations(t, c, obj.GetName(), map[string]string{"test.kubext.io/touched": fmt.Sprint(touches)})
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	var waits []time.Duration
+	for range 3 {
+		res, err := r.Reconcile(ctx, rollout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, res.RequeueAfter)
+		if getNodeFrom(t, c, "again-1").Annotations[rebootv1.AnnotationNow] != "" {
+			break
+		}
+	}
+	if getNodeFrom(t, c, "again-1").Annotations[rebootv1.AnnotationNow] == "" {
+		t.Fatalf("again-1 not ordered in three looks from a cache stuck before the change (waits %v)", waits)
+	}
+	if len(waits) != 3 || waits[0] != rereadRetry || waits[1] != conflictRetry {
+		t.Fatalf("looks again after %v, want %s after the first refusal and %s after the second", waits, rereadRetry, conflictRetry)
+	}
 }

@@ -102,9 +102,18 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 	// Every patch runs (the context is only the patches' own): one never
 	// started would read as landed.
 	errs := make([]error, len(writes))
+	fresh := make([]*corev1.Node, len(writes))
 	workqueue.ParallelizeUntil(context.WithoutCancel(ctx), parallelNodeWrites, len(writes), func(i int) {
 		w := writes[i]
 		errs[i] = r.Patch(ctx, w.changed, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{}))
+		if isConflict(errs[i]) {
+			// Read at once what the node changed to, so that the next look
+			// decides from it rather than from a cache that may not have
+			// it yet (typically kube-controller-manager's taint following a
+			// cordon, which the order patch right after a short drain
+			// meets). A failed read leaves it to the cache.
+			fresh[i], _ = r.freshNode(ctx, w.orig.Name)
+		}
 	})
 
 	var failed, refused error
@@ -112,9 +121,18 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 		switch {
 		case isConflict(errs[i]):
 			refusedWrites.WithLabelValues("node").Inc()
-			if refused == nil {
-				refused = &refusedPatch{node: w.orig.Name, err: errs[i]}
+			if fresh[i] != nil {
+				// Newer than the version decided from, as the API server
+				// returned it (own.go): seen by the next look even before
+				// the cache has it.
+				r.own.wrote(w.orig.ResourceVersion, fresh[i])
 			}
+			rp, _ := refused.(*refusedPatch)
+			if rp == nil {
+				rp = &refusedPatch{node: w.orig.Name, err: errs[i], reread: true}
+				refused = rp
+			}
+			rp.reread = rp.reread && fresh[i] != nil
 			continue
 		case errs[i] != nil:
 			if failed == nil {
@@ -147,6 +165,9 @@ func (r *Reconciler) writeNodes(ctx context.Context, s *state, writes []*nodeWri
 type refusedPatch struct {
 	node string
 	err  error
+	// reread says every refused node was read again from the API server:
+	// the next look need not wait for the cache.
+	reread bool
 }
 
 func (e *refusedPatch) Error() string { return fmt.Sprintf("patching node %s: %v", e.node, e.err) }
