@@ -451,12 +451,17 @@ func protocolDone(n *corev1.Node) bool {
 
 // ledgerSlots reads the approvals ledger as the controller stores it.
 func ledgerSlots(ctx context.Context) (map[string]slot, error) {
+	return ledgerSlotsFrom(ctx, k8s)
+}
+
+// ledgerSlotsFrom reads the ledger's slots through c (none when there is
+// no ledger yet).
+func ledgerSlotsFrom(ctx context.Context, c client.Client) (map[string]slot, error) {
 	cm := &corev1.ConfigMap{}
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	slots := map[string]slot{}
-	return slots, json.Unmarshal([]byte(cm.Data[ledgerKey]), &slots)
+	return rebootv1.ParseLedger(cm.Data)
 }
 
 // setAnnotations merges annotations into a node.

@@ -495,15 +495,6 @@ func TestAGiveBackLostAfterItsReleaseIsRepaired(t *testing.T) {
 	}
 }
 
-// ledgerSlotsFrom reads the ledger's slots from the API server through c.
-func ledgerSlotsFrom(ctx context.Context, c client.Client) (map[string]slot, error) {
-	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: DefaultLedgerName}, cm); err != nil {
-		return nil, err
-	}
-	return rebootv1.ParseLedger(cm.Data)
-}
-
 // TestARefusedPatchIsMadeAgainFromTheNodeReadAgain: the node changes under
 // the controller's order patch (as kube-controller-manager's taint follows
 // a cordon), and the controller's node cache is stuck before the change.
