@@ -248,17 +248,35 @@ func TestServe(t *testing.T) {
 		defer ln.Close()
 		return ln.Addr().String()
 	}
+	// serveOnAFreePort serves on a port picked again when the bind fails:
+	// between the pick and the bind, another package's test running beside
+	// this one (or the other server here) may take the port, and its server
+	// would answer instead. A failed bind returns at once.
+	serveOnAFreePort := func(serve func(addr string) error) string {
+		for range 5 {
+			a := addr()
+			errc := make(chan error, 1)
+			go func() { errc <- serve(a) }()
+			select {
+			case err := <-errc:
+				t.Logf("serving on %s: %v; picking another port", a, err)
+			case <-time.After(200 * time.Millisecond):
+				return a
+			}
+		}
+		t.Fatal("no free port to serve on after five picks")
+		return ""
+	}
 	var ready atomic.Bool
-	probes, metrics := addr(), addr()
-	go func() {
-		_ = ServeProbes(ctx, probes, Check{Name: "cache", Check: func() error {
+	probes := serveOnAFreePort(func(a string) error {
+		return ServeProbes(ctx, a, Check{Name: "cache", Check: func() error {
 			if !ready.Load() {
 				return errors.New("not synced")
 			}
 			return nil
 		}})
-	}()
-	go func() { _ = ServeMetrics(ctx, metrics) }()
+	})
+	metrics := serveOnAFreePort(func(a string) error { return ServeMetrics(ctx, a) })
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)
 		if err != nil {
