@@ -158,7 +158,10 @@ type ledger struct {
 // cache, it may lag another leader's grant, and the write, conditional on
 // the version read, is what proves it holds none.
 func (l *ledger) giveBack(node string) {
-	l.slots = maps.Clone(l.slots)
+	if !l.owed {
+		// Once per write: the slots as read stay as read.
+		l.slots = maps.Clone(l.slots)
+	}
 	delete(l.slots, node)
 	l.owed = true
 }
@@ -264,26 +267,16 @@ func (r *Reconciler) repairLedger(ctx context.Context, s *state, now time.Time, 
 	var complete []string
 	for name, sl := range s.ledger.slots {
 		n, exists := s.nodes[name]
-		if !sl.Confirmed && (!exists || !shows(n, sl) && n.ResourceVersion != sl.NodeResourceVersion) {
-			// From the cache, a node that does not show the grant and is
-			// at another version proves nothing: the cache may be behind
-			// the version granted (another leader's grant), whose patch
-			// may still land. Only the API server can say the node moved
-			// on.
-			fresh, err := r.freshNode(ctx, name)
-			if err != nil {
-				return nil, err
-			}
-			if exists = fresh != nil; exists {
-				s.setNode(fresh)
-				n = fresh
-			}
-		}
-		if sl.Confirmed && exists && !shows(n, sl) && completed(n, sl) {
-			// Released, its give-back not written (the controller stopped
-			// or its ledger write was refused in between). From the
-			// cache, an old version of the node can look so; only the
-			// API server's can free the slot.
+		// From the cache, a node that does not show its grant and is at
+		// another version proves nothing: the cache may be behind the
+		// version granted (another leader's grant), whose patch may still
+		// land. Nor does a node that shows its reboot completed and
+		// released, its give-back not written (the controller stopped, or
+		// its ledger write was refused, in between): an old version of it
+		// can look so. Only the API server can say the node moved on.
+		moved := !sl.Confirmed && (!exists || !shows(n, sl) && n.ResourceVersion != sl.NodeResourceVersion)
+		released := sl.Confirmed && exists && completed(n, sl)
+		if moved || released {
 			fresh, err := r.freshNode(ctx, name)
 			if err != nil {
 				return nil, err
