@@ -81,6 +81,9 @@ func TestOnlyTheControllerOrdersReboots(t *testing.T) {
 		{"a cordon kubext would lift", `{"metadata":{"annotations":{"reboot.kubext.io/cordoned-by-us":"true"}}}`, "reboot.kubext.io/cordoned-by-us"},
 		{"jumping the queue", `{"metadata":{"annotations":{"reboot.kubext.io/needed-since":"2000-01-01T00:00:00Z"}}}`, "reboot.kubext.io/needed-since"},
 		{"a failure", `{"metadata":{"annotations":{"reboot.kubext.io/failed":"forged"}}}`, "reboot.kubext.io/failed"},
+		// What the ledger's repair knows a completed reboot by: forged, it
+		// could free the slot of a node still down.
+		{"a completed reboot", `{"metadata":{"annotations":{"reboot.kubext.io/rebooted-at":"2026-03-01T03:10:00Z"}}}`, "reboot.kubext.io/rebooted-at"},
 	} {
 		for _, c := range []client.Client{cni, person} {
 			g.Expect(merge(c, tc.patch)).To(MatchError(ContainSubstring(tc.refused)), tc.name)
